@@ -1,0 +1,70 @@
+"""aioqueue: an asyncio-native task queue on Redis, at-least-once, fast and typed.
+
+app = aioqueue.App(redis_url="redis://127.0.0.1:6379/0")
+
+@app.task(queue="emails", timeout=30)
+async def send_email(to: str, subject: str) -> str: ...
+
+job = await send_email.enqueue("a@b.c", subject="hi")
+print(await job.result(timeout=5))
+"""
+
+from .app import App
+from .backoff import Backoff, Exponential, Fixed
+from .errors import (
+    AioqueueError,
+    ConfigError,
+    EnqueueError,
+    InvalidArguments,
+    JobCancelled,
+    JobError,
+    JobFailed,
+    JobNotFound,
+    LeaseLost,
+    PayloadTooLarge,
+    ResultTimeout,
+    Retry,
+    SerializationError,
+    ServerUnavailable,
+    UnknownTask,
+)
+from .job import ErrorInfo, Job, JobInfo, JobStatus
+from .queue import EnqueueCall, JobOptions, Queue, QueueCounts
+from .task import Task, TaskOptions
+from .worker import Worker
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AioqueueError",
+    "App",
+    "Backoff",
+    "ConfigError",
+    "EnqueueCall",
+    "EnqueueError",
+    "ErrorInfo",
+    "Exponential",
+    "Fixed",
+    "InvalidArguments",
+    "Job",
+    "JobCancelled",
+    "JobError",
+    "JobFailed",
+    "JobInfo",
+    "JobNotFound",
+    "JobOptions",
+    "JobStatus",
+    "LeaseLost",
+    "PayloadTooLarge",
+    "Queue",
+    "QueueCounts",
+    "ResultTimeout",
+    "Retry",
+    "SerializationError",
+    "ServerUnavailable",
+    "Task",
+    "TaskOptions",
+    "UnknownTask",
+    "Worker",
+    "__version__",
+]

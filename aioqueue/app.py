@@ -1,0 +1,231 @@
+"""App: the task registry, the settings, the Redis client's lifecycle, and ``app.queue(name)``."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.retry import Retry as RedisRetry
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from . import scripts
+from .backoff import Backoff, Exponential
+from .errors import ConfigError, ServerUnavailable
+from .queue import Queue
+from .settings import ENV_REDIS_URL, AppSettings, redis_url_from_env
+from .task import DEFAULT_PRIORITY, Task, TaskOptions, resolve_priority
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Coroutine
+    from types import TracebackType
+
+    from .worker import Worker
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# Every script aioqueue runs is safe to send twice (enqueue dedups by id, acks carry a
+# lease token), so a bounded retry after a dropped connection is safe and hides blips.
+_RETRIES = 3
+
+
+class App:
+    """An aioqueue application: register tasks with ``@app.task``, enqueue with
+    ``app.queue(name)`` or ``task.enqueue(...)``, run them with ``app.worker()``.
+
+    Constructing an App touches nothing: Redis is reached on first use.
+    """
+
+    def __init__(
+        self,
+        *,
+        redis_url: str | None = None,
+        prefix: str = "aioqueue",
+        default_queue: str = "default",
+        max_payload_bytes: int = 1024 * 1024,
+        result_ttl: float = 24 * 3600.0,
+        default_max_attempts: int = 3,
+        socket_timeout: float = 10.0,
+        connect_timeout: float = 5.0,
+        max_connections: int = 64,
+    ) -> None:
+        self.settings = AppSettings(
+            redis_url=redis_url,
+            prefix=prefix,
+            default_queue=default_queue,
+            max_payload_bytes=max_payload_bytes,
+            result_ttl=result_ttl,
+            default_max_attempts=default_max_attempts,
+            socket_timeout=socket_timeout,
+            connect_timeout=connect_timeout,
+            max_connections=max_connections,
+        )
+        self._tasks: dict[str, Task[..., Any]] = {}
+        self._queues: dict[str, Queue] = {}
+        self._client: Redis | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._url_override: str | None = None
+
+    # -- tasks -------------------------------------------------------------------------
+
+    @overload
+    def task(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = ...,
+        queue: str | None = ...,
+        timeout: float | None = ...,
+        retries: int | None = ...,
+        backoff: Backoff | None = ...,
+        priority: int | str = ...,
+        never_retry: tuple[type[BaseException], ...] = ...,
+        dead_letter: bool = ...,
+    ) -> _TaskDecorator: ...
+
+    def task(
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        timeout: float | None = 300.0,
+        retries: int | None = None,
+        backoff: Backoff | None = None,
+        priority: int | str = DEFAULT_PRIORITY,
+        never_retry: tuple[type[BaseException], ...] = (),
+        dead_letter: bool = True,
+    ) -> Task[..., Any] | _TaskDecorator:
+        """Register a handler (async, or plain ``def`` run in a thread) as a task.
+
+        ``retries`` is how many times a failed job runs again (default: the app's
+        ``default_max_attempts - 1``); ``backoff`` spaces them (exponential with jitter).
+        """
+        max_attempts = retries + 1 if retries is not None else self.settings.default_max_attempts
+
+        def register(handler: Callable[..., Any]) -> Task[..., Any]:
+            options = TaskOptions(
+                name=name or handler.__name__,
+                queue=queue or self.settings.default_queue,
+                timeout=timeout,
+                max_attempts=max_attempts,
+                backoff=backoff or Exponential(),
+                priority=resolve_priority(priority),
+                never_retry=never_retry,
+                dead_letter=dead_letter,
+            )
+            if options.name in self._tasks:
+                raise ConfigError(f"a task named {options.name!r} is registered already")
+            registered: Task[..., Any] = Task(handler, options, self.queue)
+            self._tasks[options.name] = registered
+            return registered
+
+        return register(fn) if fn is not None else _TaskDecorator(register)
+
+    def find_task(self, name: str) -> Task[..., Any] | None:
+        return self._tasks.get(name)
+
+    @property
+    def tasks(self) -> dict[str, Task[..., Any]]:
+        """Registered tasks by name (a copy)."""
+        return dict(self._tasks)
+
+    def queue_names(self) -> list[str]:
+        """Every queue a registered task uses, plus the default queue."""
+        names = {self.settings.default_queue, *(t.options.queue for t in self._tasks.values())}
+        return sorted(names)
+
+    # -- queues and workers --------------------------------------------------------------
+
+    def queue(self, name: str | None = None) -> Queue:
+        """The queue with this name (the app's default queue when omitted)."""
+        name = name or self.settings.default_queue
+        if name not in self._queues:
+            self._queues[name] = Queue(self, name)
+        return self._queues[name]
+
+    def worker(self, **options: Any) -> Worker:
+        """A Worker for this app; see ``Worker`` for the options."""
+        from .worker import Worker  # the runtime layer sits above the app
+
+        return Worker(self, **options)
+
+    # -- Redis ---------------------------------------------------------------------------
+
+    @property
+    def redis_url(self) -> str | None:
+        """The URL in force: set_redis_url(), else the constructor's, else the environment."""
+        return self._url_override or self.settings.redis_url or redis_url_from_env()
+
+    def set_redis_url(self, url: str) -> None:
+        """Point the app at a server chosen at run time (the CLI's embedded server)."""
+        if self._client is not None:
+            raise ConfigError("set_redis_url() must be called before the app connects")
+        self._url_override = url
+
+    async def client(self) -> Redis:
+        """The app's Redis client for the running event loop (created on first use)."""
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            self._client = self._make_client()
+            self._client_loop = loop
+            await scripts.load_all(self._client)
+        return self._client
+
+    def _make_client(self) -> Redis:
+        url = self.redis_url
+        if not url:
+            raise ServerUnavailable(f"no Redis URL: pass App(redis_url=...) or set {ENV_REDIS_URL}")
+        s = self.settings
+        pool = BlockingConnectionPool.from_url(
+            url,
+            max_connections=s.max_connections,
+            timeout=s.connect_timeout + s.socket_timeout,  # wait for a free connection
+            socket_timeout=s.socket_timeout,
+            socket_connect_timeout=s.connect_timeout,
+            retry=RedisRetry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), _RETRIES),
+            retry_on_error=[RedisConnectionError, RedisTimeoutError],
+            decode_responses=False,  # job bytes need not be UTF-8; never destroy them
+        )
+        return Redis(connection_pool=pool)
+
+    async def close(self) -> None:
+        """Close the Redis client (and its connections)."""
+        client, self._client, self._client_loop = self._client, None, None
+        if client is not None:
+            await client.aclose()
+
+    async def __aenter__(self) -> App:
+        await self.client()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+class _TaskDecorator:
+    """What ``@app.task(...)`` returns: applied to a handler, it registers a Task."""
+
+    def __init__(self, register: Callable[[Callable[..., Any]], Task[..., Any]]) -> None:
+        self._register = register
+
+    @overload
+    def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+    @overload
+    def __call__(self, fn: Callable[P, Awaitable[R]], /) -> Task[P, R]: ...
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    def __call__(self, fn: Callable[..., Any], /) -> Task[..., Any]:
+        return self._register(fn)

@@ -1,0 +1,114 @@
+"""Exceptions raised by aioqueue.
+
+AioqueueError
+├── ConfigError              bad settings or names; raised at construction
+├── EnqueueError             nothing was written to Redis
+│   ├── SerializationError   args are not JSON-serializable
+│   ├── PayloadTooLarge      encoded job exceeds max_payload_bytes
+│   ├── InvalidArguments     the task's handler cannot take these arguments
+│   └── UnknownTask          no task of this app has that name (worker side, or strict apps)
+├── JobError                 about one job; has .job_id
+│   ├── JobNotFound
+│   ├── JobFailed            from job.result(); has .error_type, .error and .traceback
+│   ├── JobCancelled
+│   └── ResultTimeout        job.result(timeout=...) ran out of time
+├── LeaseLost                an ack arrived after the lease passed to another worker
+└── ServerUnavailable        no Redis server to talk to (none configured, none startable)
+
+Retry is deliberately not an AioqueueError: handlers raise it to ask for another
+attempt, and a broad ``except AioqueueError`` must not swallow it.
+"""
+
+from __future__ import annotations
+
+
+class AioqueueError(Exception):
+    """Base class of every error aioqueue raises."""
+
+
+class ConfigError(AioqueueError, ValueError):
+    """A setting, task or queue name is invalid."""
+
+
+class EnqueueError(AioqueueError):
+    """The job could not be enqueued; nothing was written to Redis."""
+
+
+class SerializationError(EnqueueError, TypeError):
+    """Arguments (or a result) cannot be encoded as JSON."""
+
+
+class PayloadTooLarge(EnqueueError):
+    """The encoded job is larger than the app's ``max_payload_bytes``."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"encoded job is {size} bytes, over the limit of {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+class InvalidArguments(EnqueueError, TypeError):
+    """The task's handler cannot take the given arguments."""
+
+
+class UnknownTask(EnqueueError, LookupError):
+    """No task with this name is registered on the app."""
+
+
+class JobError(AioqueueError):
+    """An error about one job."""
+
+    def __init__(self, job_id: str, message: str) -> None:
+        super().__init__(f"job {job_id}: {message}")
+        self.job_id = job_id
+
+
+class JobNotFound(JobError):
+    """No record of this job exists (never enqueued, or its result expired)."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(job_id, "not found")
+
+
+class JobFailed(JobError):
+    """The job ended in error; raised by ``Job.result()``."""
+
+    def __init__(self, job_id: str, error_type: str, error: str, traceback: str) -> None:
+        super().__init__(job_id, f"{error_type}: {error}")
+        self.error_type = error_type
+        self.error = error
+        self.traceback = traceback
+
+
+class JobCancelled(JobError):
+    """The job was cancelled before it ran, or aborted while running."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(job_id, "cancelled")
+
+
+class ResultTimeout(JobError, TimeoutError):
+    """``Job.result(timeout=...)`` gave up waiting; the job may still finish."""
+
+    def __init__(self, job_id: str, timeout: float) -> None:
+        super().__init__(job_id, f"no result within {timeout}s")
+
+
+class LeaseLost(AioqueueError):
+    """A worker tried to settle a job whose lease it no longer holds."""
+
+
+class ServerUnavailable(AioqueueError):
+    """No Redis server is configured and none could be started."""
+
+
+class Retry(Exception):
+    """Raise from a handler to ask for another attempt.
+
+    ``delay`` (seconds) overrides the task's backoff for this attempt. The attempt
+    still counts towards the task's maximum.
+    """
+
+    def __init__(self, delay: float | None = None) -> None:
+        super().__init__(f"retry requested (delay={delay})")
+        self.delay = delay

@@ -1,0 +1,26 @@
+--[[ extend: renew the leases a worker still holds, in one call for all its running jobs.
+
+KEYS[1] active      ZSET  job id -> lease deadline (ms)
+KEYS[2] job_prefix        prefix of job records; carries the queue's hash tag
+ARGV[1] lease_ms    new lease length from now
+ARGV[2..] pairs: id, lease token
+
+Returns the ids whose lease is no longer held (the worker should stop caring about them).
+]]
+local active, job_prefix = KEYS[1], KEYS[2]
+local lease_ms = tonumber(ARGV[1])
+
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+
+local lost = {}
+for i = 2, #ARGV, 2 do
+  local id, lease = ARGV[i], ARGV[i + 1]
+  local record = redis.call('HMGET', job_prefix .. id, 's', 'w')
+  if record[1] == 'active' and record[2] == lease then
+    redis.call('ZADD', active, 'XX', now + lease_ms, id)
+  else
+    lost[#lost + 1] = id
+  end
+end
+return lost

@@ -1,0 +1,27 @@
+--[[ purge: delete dead jobs and their records.
+
+KEYS[1] dead        ZSET  job id -> time buried (ms)
+KEYS[2] job_prefix        prefix of job records; carries the queue's hash tag
+ARGV[1] limit   max jobs per call, used when no ids are given (oldest first)
+ARGV[2..] ids   the dead jobs to purge; none means the oldest `limit`
+
+Returns the number purged.
+]]
+local dead, job_prefix = KEYS[1], KEYS[2]
+local limit = tonumber(ARGV[1])
+
+local ids = {}
+if #ARGV > 1 then
+  for i = 2, #ARGV do ids[#ids + 1] = ARGV[i] end
+else
+  ids = redis.call('ZRANGE', dead, 0, limit - 1)
+end
+
+local purged = 0
+for i = 1, #ids do
+  if redis.call('ZREM', dead, ids[i]) == 1 then
+    redis.call('DEL', job_prefix .. ids[i])
+    purged = purged + 1
+  end
+end
+return purged

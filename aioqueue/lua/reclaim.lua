@@ -1,0 +1,48 @@
+--[[ reclaim: return jobs whose lease expired (their worker died or stalled) to the front
+of their ready list, or bury them once they have used all their attempts, so that a job
+that keeps killing its worker cannot loop forever. The attempt was counted at take time.
+
+KEYS[1]      active      ZSET  job id -> lease deadline (ms)
+KEYS[2]      dead        ZSET  job id -> time buried (ms)
+KEYS[3]      notify      LIST  wake-up tokens
+KEYS[4]      job_prefix        prefix of job records; carries the queue's hash tag
+KEYS[5..14]  ready       LIST  ready lists of priorities 0..9
+ARGV[1] limit                  max jobs per call
+ARGV[2] default_max_attempts   for jobs enqueued without their own maximum
+
+Returns {requeued, buried}.
+]]
+local active, dead, notify, job_prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local limit, default_max = tonumber(ARGV[1]), tonumber(ARGV[2])
+
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+
+local expired = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, limit)
+local requeued, buried = 0, 0
+for i = 1, #expired do
+  local id = expired[i]
+  local key = job_prefix .. id
+  redis.call('ZREM', active, id)
+  local record = redis.call('HMGET', key, 's', 'n', 'm', 'pr')
+  if record[1] == 'active' then
+    local attempts = tonumber(record[2] or 0) or 0
+    local max = tonumber(record[3] or 0) or 0
+    if max <= 0 then max = default_max end
+    redis.call('HDEL', key, 'w')
+    if attempts >= max then
+      local message = 'lease expired ' .. attempts .. ' time(s): the worker died or stalled'
+      redis.call('HSET', key, 's', 'dead', 'ft', now,
+        'e', cjson.encode({type = 'LeaseExpired', message = message, traceback = ''}))
+      redis.call('ZADD', dead, now, id)
+      buried = buried + 1
+    else
+      local priority = math.max(0, math.min(9, tonumber(record[4] or 0) or 0))
+      redis.call('HSET', key, 's', 'queued')
+      redis.call('LPUSH', KEYS[5 + priority], id)
+      redis.call('RPUSH', notify, 1)
+      requeued = requeued + 1
+    end
+  end
+end
+return {requeued, buried}

@@ -1,0 +1,79 @@
+--[[ take: lease up to `limit` ready jobs to one worker, highest priority first, FIFO
+within a priority. Each taken job moves to the active ZSET in this same atomic step,
+so there is no instant at which a job exists only in a worker's memory.
+
+Entries that are not a queued job are handled here, never dropped silently:
+a cancelled job's stale entry is skipped (its record already says cancelled); an entry
+with no job record, or whose record is not a hash, is buried in the dead set with its
+raw bytes kept, under a minted id "poison-<n>".
+
+KEYS[1]     active    ZSET  job id -> lease deadline (ms)
+KEYS[2]     notify    LIST  wake-up tokens; trimmed by the number of entries taken
+KEYS[3]     dead      ZSET  job id -> time buried (ms)
+KEYS[4]     seq       STRING counter for minted ids
+KEYS[5]     job_prefix        prefix of job records; carries the queue's hash tag
+KEYS[6..15] ready     LIST  ready lists of priorities 0..9
+ARGV[1] lease     lease token, unique per call (worker id + call number)
+ARGV[2] lease_ms  lease length
+ARGV[3] limit     max jobs to take (bounds run time)
+ARGV[4] woken     1 if the caller's BLPOP just consumed a notify token, else 0: the tokens
+                  trimmed are one per entry popped, minus the one already consumed
+
+Returns {now_ms, id_1, payload_1, attempts_1, max_attempts_1, id_2, ...}.
+]]
+local active, notify, dead, seq, job_prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local lease, lease_ms, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local woken = tonumber(ARGV[4])
+
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local deadline = now + lease_ms
+local out = {now}
+local taken, popped = 0, 0
+
+local function bury_foreign(entry, reason)
+  local id = 'poison-' .. redis.call('INCR', seq)
+  redis.call('HSET', job_prefix .. id, 's', 'dead', 'raw', entry, 'n', 0, 'et', now, 'ft', now,
+    'e', cjson.encode({type = 'PoisonEntry', message = reason, traceback = ''}))
+  redis.call('ZADD', dead, now, id)
+end
+
+local function take_one(id)
+  local key = job_prefix .. id
+  local record = redis.pcall('HMGET', key, 's', 'p', 'n', 'm')
+  if record.err then
+    bury_foreign(id, 'job record is not a hash')
+    return
+  end
+  local state = record[1]
+  if state == 'queued' then
+    local attempts = tonumber(record[3] or 0) + 1
+    redis.call('HSET', key, 's', 'active', 'w', lease, 'n', attempts, 'st', now)
+    redis.call('ZADD', active, deadline, id)
+    out[#out + 1] = id
+    out[#out + 1] = record[2] or ''
+    out[#out + 1] = attempts
+    out[#out + 1] = tonumber(record[4] or 0)
+    taken = taken + 1
+  elseif not state then
+    bury_foreign(id, 'ready entry has no job record')
+  end
+  -- any other state (cancelled, or a duplicate entry of a running job): already recorded
+end
+
+for level = 15, 6, -1 do
+  while taken < limit do
+    local ids = redis.call('LPOP', KEYS[level], limit - taken)
+    if not ids then break end
+    popped = popped + #ids
+    for i = 1, #ids do take_one(ids[i]) end
+  end
+  if taken >= limit then break end
+end
+
+if taken < limit then
+  redis.call('DEL', notify) -- every ready list is empty now
+elseif popped > woken then
+  redis.call('LTRIM', notify, popped - woken, -1)
+end
+return out

@@ -1,0 +1,229 @@
+"""Queue: the producer and admin API of one queue, a thin layer over the scripts."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
+
+from . import scripts
+from .errors import ConfigError, InvalidArguments
+from .job import Job, JobInfo, Payload
+from .keys import QueueKeys
+from .task import DEFAULT_PRIORITY, Task, resolve_priority
+
+if TYPE_CHECKING:
+    from collections.abc import Generator, Mapping, Sequence
+
+    from redis.asyncio import Redis
+
+    from .settings import AppSettings
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class QueueHost(Protocol):
+    """What a Queue needs from its App."""
+
+    @property
+    def settings(self) -> AppSettings: ...
+
+    async def client(self) -> Redis: ...
+
+    def find_task(self, name: str) -> Task[..., Any] | None: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobOptions:
+    """Per-call options. They never share a namespace with the task's own arguments."""
+
+    id: str | None = None
+    priority: int | str | None = None
+    delay: float | timedelta | None = None
+    at: datetime | None = None
+    timeout: float | None = None
+    max_attempts: int | None = None
+
+    def due_ms(self) -> int:
+        if self.at is None:
+            return 0
+        if self.at.tzinfo is None:
+            raise ConfigError("at= needs an aware datetime (with tzinfo), e.g. datetime.now(UTC)")
+        return int(self.at.timestamp() * 1000)
+
+    def delay_ms(self) -> int:
+        delay = self.delay.total_seconds() if isinstance(self.delay, timedelta) else self.delay
+        if delay is None:
+            return 0
+        if delay < 0:
+            raise ConfigError("delay must not be negative")
+        return int(delay * 1000)
+
+
+class EnqueueCall(Generic[R]):
+    """An enqueue waiting to be awaited: ``await queue.enqueue(task, x).options(delay=5)``."""
+
+    __slots__ = ("_args", "_kwargs", "_options", "_queue", "_task")
+
+    def __init__(
+        self,
+        queue: Queue,
+        task: Task[..., R] | str,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        options: JobOptions,
+    ) -> None:
+        self._queue, self._task, self._args, self._kwargs = queue, task, args, kwargs
+        self._options = options
+
+    def options(
+        self,
+        *,
+        id: str | None = None,
+        priority: int | str | None = None,
+        delay: float | timedelta | None = None,
+        at: datetime | None = None,
+        timeout: float | None = None,
+        max_attempts: int | None = None,
+    ) -> EnqueueCall[R]:
+        """Set per-call options: job id (deduplication), priority, delay or time, timeout."""
+        current = self._options
+        options = JobOptions(
+            id=current.id if id is None else id,
+            priority=current.priority if priority is None else priority,
+            delay=current.delay if delay is None else delay,
+            at=current.at if at is None else at,
+            timeout=current.timeout if timeout is None else timeout,
+            max_attempts=current.max_attempts if max_attempts is None else max_attempts,
+        )
+        return EnqueueCall(self._queue, self._task, self._args, self._kwargs, options)
+
+    def __await__(self) -> Generator[Any, None, Job[R]]:
+        return self._queue._submit(self._task, self._args, self._kwargs, self._options).__await__()
+
+
+class Queue:
+    """One named queue: enqueue jobs, look them up, cancel them, manage its dead letters."""
+
+    def __init__(self, host: QueueHost, name: str) -> None:
+        self._host = host
+        self.name = name
+        self.keys = QueueKeys.for_queue(host.settings.prefix, name)
+
+    def __repr__(self) -> str:
+        return f"Queue({self.name!r})"
+
+    @overload
+    def enqueue(self, task: Task[P, R], *args: P.args, **kwargs: P.kwargs) -> EnqueueCall[R]: ...
+    @overload
+    def enqueue(self, task: str, *args: Any, **kwargs: Any) -> EnqueueCall[Any]: ...
+
+    def enqueue(self, task: Task[..., Any] | str, *args: Any, **kwargs: Any) -> EnqueueCall[Any]:
+        """Queue one job: a Task, or a task name (for producers that lack the code).
+
+        Await the call for a Job handle. When it returns, the job is in Redis.
+        """
+        return EnqueueCall(self, task, args, kwargs, JobOptions())
+
+    def job(self, job_id: str) -> Job[Any]:
+        """A handle on an existing job of this queue."""
+        return Job(self, job_id)
+
+    async def _submit(
+        self,
+        task: Task[..., R] | str,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        options: JobOptions,
+    ) -> Job[R]:
+        name, known = (task.name, task) if isinstance(task, Task) else (task, None)
+        known = known or self._host.find_task(name)
+        if known is not None:
+            try:
+                known.check_arguments(args, kwargs)
+            except TypeError as exc:
+                raise InvalidArguments(f"task {name!r} cannot take these arguments: {exc}") from exc
+        settings = self._host.settings
+        payload = Payload(name, list(args), dict(kwargs), options.timeout).encode(
+            settings.max_payload_bytes
+        )
+        default_priority = known.options.priority if known else DEFAULT_PRIORITY
+        priority = resolve_priority(
+            options.priority if options.priority is not None else default_priority
+        )
+        max_attempts = options.max_attempts or (known.options.max_attempts if known else 0)
+        job_id = options.id or uuid.uuid4().hex
+        result = await scripts.enqueue(
+            await self._host.client(),
+            self.keys,
+            job_id=job_id,
+            payload=payload,
+            priority=priority,
+            max_attempts=max_attempts,
+            delay_ms=options.delay_ms(),
+            due_ms=options.due_ms(),
+        )
+        return Job(self, job_id, created=result.created)
+
+    async def info(self, job_id: str) -> JobInfo | None:
+        """The job's record, or None if there is none (never enqueued, or expired)."""
+        redis = await self._host.client()
+        record: dict[bytes, bytes] = await redis.hgetall(self.keys.job(job_id))  # type: ignore[assignment]
+        if not record or b"s" not in record:
+            return None
+        return JobInfo.from_record(job_id, self.name, record)
+
+    async def cancel(self, job_id: str) -> bool:
+        """Cancel a queued or scheduled job; True if it will now never run."""
+        outcome, _ = await scripts.cancel(
+            await self._host.client(),
+            self.keys,
+            job_id,
+            result_ttl_ms=self._host.settings.result_ttl_ms,
+        )
+        return outcome == "cancelled"
+
+    async def counts(self) -> QueueCounts:
+        """How many jobs are ready, scheduled, active and dead (one round trip)."""
+        redis = await self._host.client()
+        async with redis.pipeline(transaction=False) as pipe:
+            for key in self.keys.ready_lists():
+                pipe.llen(key)
+            pipe.zcard(self.keys.schedule)
+            pipe.zcard(self.keys.active)
+            pipe.zcard(self.keys.dead)
+            replies = await pipe.execute()
+        *ready, scheduled, active, dead = (int(n) for n in replies)
+        return QueueCounts(sum(ready), scheduled, active, dead)
+
+    # -- dead letters ----------------------------------------------------------------
+
+    async def dead_jobs(self, *, limit: int = 100, offset: int = 0) -> list[JobInfo]:
+        """Dead jobs, oldest first, with their errors and raw bytes."""
+        redis = await self._host.client()
+        ids: list[bytes] = await redis.zrange(self.keys.dead, offset, offset + limit - 1)  # type: ignore[assignment]
+        infos = []
+        for raw_id in ids:
+            info = await self.info(raw_id.decode("utf-8", "replace"))
+            if info is not None:
+                infos.append(info)
+        return infos
+
+    async def requeue_dead(self, job_ids: Sequence[str] = (), *, limit: int = 1000) -> int:
+        """Requeue dead jobs (these ids, or the oldest ``limit``); returns how many."""
+        result = await scripts.requeue(await self._host.client(), self.keys, job_ids, limit=limit)
+        return result.requeued
+
+    async def purge_dead(self, job_ids: Sequence[str] = (), *, limit: int = 1000) -> int:
+        """Delete dead jobs (these ids, or the oldest ``limit``); returns how many."""
+        return await scripts.purge(await self._host.client(), self.keys, job_ids, limit=limit)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCounts:
+    ready: int
+    scheduled: int
+    active: int
+    dead: int

@@ -1,0 +1,126 @@
+"""Run one job: decode -> look up task -> check arguments -> call under a timeout -> outcome.
+
+Every path ends in a Settlement for the ack script, so no input can crash a worker or
+vanish: bad payloads, unknown tasks and wrong arguments are buried with the reason;
+errors are retried by the task's policy and buried when attempts run out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import anyio.to_thread
+
+from .errors import Retry, SerializationError
+from .job import Payload, PayloadError, encode_error, encode_result
+from .scripts import Settlement, Taken
+from .task import Task
+
+logger = logging.getLogger(__name__)
+
+TaskLookup = Callable[[str], Task[..., Any] | None]
+
+
+class HandlerTimeout(TimeoutError):
+    """The handler ran past its timeout (it may have swallowed the cancellation)."""
+
+
+async def run_job(taken: Taken, find_task: TaskLookup) -> Settlement:
+    """Run one taken job to its Settlement. Cancellation propagates to the caller."""
+    try:
+        payload = Payload.decode(taken.payload)
+    except PayloadError as exc:
+        return _bury(taken, "PayloadError", str(exc))
+    task = find_task(payload.task)
+    if task is None:
+        return _bury(taken, "UnknownTask", f"unknown task {payload.task!r}: no handler registered")
+    try:
+        task.check_arguments(payload.args, payload.kwargs)
+    except TypeError as exc:  # retrying cannot help: the same arguments come back
+        return _bury(taken, "TypeError", f"wrong arguments for {task.name}: {exc}")
+    timeout = payload.timeout or task.options.timeout
+    try:
+        result = await _call(task, payload, timeout)
+        data = encode_result(result)
+    except asyncio.CancelledError:
+        raise
+    except SerializationError as exc:
+        return _bury(taken, "SerializationError", str(exc))
+    except BaseException as exc:
+        return _failed(taken, task, exc)
+    return Settlement(taken.id, taken.lease, "complete", data)
+
+
+async def _call(task: Task[..., Any], payload: Payload, timeout: float | None) -> Any:
+    """Call the handler; enforce the timeout even when the handler defeats cancellation.
+
+    ``asyncio.timeout`` is what ``wait_for`` is built on (3.12), without an extra task per
+    job. Two ways around it are caught afterwards: a handler that swallows the
+    cancellation and returns, and one that blocks the event loop past its deadline.
+    """
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    if timeout is None:
+        return await _invoke(task, payload)
+    async with asyncio.timeout(timeout) as scope:
+        result = await _invoke(task, payload)
+    if scope.expired() or loop.time() - started > timeout:
+        raise HandlerTimeout(
+            f"{task.name} ran {loop.time() - started:.3f}s, over its {timeout}s timeout "
+            "(it swallowed the cancellation or blocked the event loop)"
+        )
+    return result
+
+
+async def _invoke(task: Task[..., Any], payload: Payload) -> Any:
+    if task.is_async:
+        return await task.fn(*payload.args, **payload.kwargs)
+    call = functools.partial(task.fn, *payload.args, **payload.kwargs)
+    result = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+    if inspect.isawaitable(result):  # a plain callable that returned a coroutine
+        result = await result
+    return result
+
+
+def _failed(taken: Taken, task: Task[..., Any], exc: BaseException) -> Settlement:
+    error = encode_error(type(exc).__name__, str(exc), _format(exc))
+    max_attempts = taken.max_attempts or task.options.max_attempts
+    retryable = not isinstance(exc, task.options.never_retry)
+    if retryable and taken.attempts < max_attempts:
+        if isinstance(exc, Retry) and exc.delay is not None:
+            delay = exc.delay
+        else:
+            delay = task.options.backoff(taken.attempts)
+        logger.info(
+            "job %s (%s) attempt %d/%d failed: %r; retry in %.3fs",
+            taken.job_id,
+            task.name,
+            taken.attempts,
+            max_attempts,
+            exc,
+            delay,
+        )
+        return Settlement(taken.id, taken.lease, "retry", error, max(0, int(delay * 1000)))
+    logger.warning(
+        "job %s (%s) failed for good after %d attempt(s): %r",
+        taken.job_id,
+        task.name,
+        taken.attempts,
+        exc,
+    )
+    return Settlement(taken.id, taken.lease, "bury" if task.options.dead_letter else "fail", error)
+
+
+def _bury(taken: Taken, error_type: str, message: str) -> Settlement:
+    logger.warning("job %s buried: %s: %s", taken.job_id, error_type, message)
+    return Settlement(taken.id, taken.lease, "bury", encode_error(error_type, message, ""))
+
+
+def _format(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc))

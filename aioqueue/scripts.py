@@ -1,0 +1,250 @@
+"""The Lua scripts in ``aioqueue/lua``, each wrapped as one typed async function.
+
+This is the only module that sends EVALSHA and the only one that knows a script's KEYS
+and ARGV order. Replies (ints and bytes from redis-py) are turned into typed values here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from importlib.resources import files
+from typing import TYPE_CHECKING, Any, Literal
+
+from redis.exceptions import NoScriptError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from redis.asyncio import Redis
+
+    from .keys import QueueKeys
+
+Arg = str | bytes | int | float
+
+
+class Script:
+    """A file from aioqueue/lua, called by SHA and reloaded if Redis lost it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.source = (files("aioqueue") / "lua" / f"{name}.lua").read_text("utf-8")
+        self.sha = hashlib.sha1(self.source.encode()).hexdigest()
+
+    async def __call__(self, redis: Redis, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        try:
+            return await redis.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:  # it did not run, so running it again is safe
+            await redis.script_load(self.source)
+            return await redis.evalsha(self.sha, len(keys), *keys, *args)
+
+
+_ENQUEUE = Script("enqueue")
+_TAKE = Script("take")
+_ACK = Script("ack")
+_PROMOTE = Script("promote")
+_RECLAIM = Script("reclaim")
+_EXTEND = Script("extend")
+_CANCEL = Script("cancel")
+_REQUEUE = Script("requeue")
+_PURGE = Script("purge")
+
+ALL_SCRIPTS = (_ENQUEUE, _TAKE, _ACK, _PROMOTE, _RECLAIM, _EXTEND, _CANCEL, _REQUEUE, _PURGE)
+
+
+async def load_all(redis: Redis) -> None:
+    """Load every script up front, so the hot path never meets NOSCRIPT."""
+    for script in ALL_SCRIPTS:
+        await redis.script_load(script.source)
+
+
+# -- enqueue -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    created: bool
+    state: str
+
+
+async def enqueue(
+    redis: Redis,
+    keys: QueueKeys,
+    *,
+    job_id: str,
+    payload: bytes,
+    priority: int,
+    max_attempts: int,
+    delay_ms: int,
+    due_ms: int,
+) -> Enqueued:
+    created, state = await _ENQUEUE(
+        redis,
+        [keys.job(job_id), keys.ready(priority), keys.notify, keys.schedule, keys.schedule_wake],
+        [job_id, payload, priority, max_attempts, delay_ms, due_ms],
+    )
+    return Enqueued(bool(created), _text(state))
+
+
+# -- take / ack ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """One job leased to a worker by a take call."""
+
+    id: bytes
+    payload: bytes
+    attempts: int
+    max_attempts: int
+    lease: str
+
+    @property
+    def job_id(self) -> str:
+        """The id as text, for logs and handles (ids need not be UTF-8 in Redis)."""
+        return self.id.decode("utf-8", "backslashreplace")
+
+
+@dataclass(frozen=True, slots=True)
+class TakeResult:
+    now_ms: int
+    jobs: list[Taken]
+
+
+async def take(
+    redis: Redis, keys: QueueKeys, *, lease: str, lease_ms: int, limit: int, woken: bool = False
+) -> TakeResult:
+    reply = await _TAKE(
+        redis,
+        [keys.active, keys.notify, keys.dead, keys.seq, keys.job_prefix, *keys.ready_lists()],
+        [lease, lease_ms, limit, int(woken)],
+    )
+    jobs = [
+        Taken(reply[i], reply[i + 1], int(reply[i + 2]), int(reply[i + 3]), lease)
+        for i in range(1, len(reply), 4)
+    ]
+    return TakeResult(int(reply[0]), jobs)
+
+
+Outcome = Literal["complete", "retry", "bury", "fail", "abort", "release"]
+
+LEASE_LOST = -2
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """How one attempt ended, as the ack script records it."""
+
+    id: bytes
+    lease: str
+    outcome: Outcome
+    data: bytes = b""
+    delay_ms: int = 0
+
+
+async def ack(
+    redis: Redis,
+    keys: QueueKeys,
+    settlements: Sequence[Settlement],
+    *,
+    result_ttl_ms: int,
+) -> list[bool]:
+    """Settle a batch; True per job settled, False where the lease was lost."""
+    args: list[Arg] = [result_ttl_ms]
+    for s in settlements:
+        args += (s.id, s.lease, s.outcome, s.data, s.delay_ms)
+    codes = await _ACK(
+        redis,
+        [
+            keys.active,
+            keys.schedule,
+            keys.dead,
+            keys.notify,
+            keys.schedule_wake,
+            keys.job_prefix,
+            *keys.ready_lists(),
+        ],
+        args,
+    )
+    return [int(code) != LEASE_LOST for code in codes]
+
+
+# -- time: promote, reclaim, extend ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Promoted:
+    count: int
+    next_due_ms: int | None
+    now_ms: int
+
+
+async def promote(redis: Redis, keys: QueueKeys, *, limit: int) -> Promoted:
+    count, head, now = await _PROMOTE(
+        redis, [keys.schedule, keys.notify, keys.job_prefix, *keys.ready_lists()], [limit]
+    )
+    next_due = int(head)
+    return Promoted(int(count), None if next_due < 0 else next_due, int(now))
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaimed:
+    requeued: int
+    buried: int
+
+
+async def reclaim(
+    redis: Redis, keys: QueueKeys, *, limit: int, default_max_attempts: int
+) -> Reclaimed:
+    requeued, buried = await _RECLAIM(
+        redis,
+        [keys.active, keys.dead, keys.notify, keys.job_prefix, *keys.ready_lists()],
+        [limit, default_max_attempts],
+    )
+    return Reclaimed(int(requeued), int(buried))
+
+
+async def extend(
+    redis: Redis, keys: QueueKeys, leases: Sequence[tuple[bytes, str]], *, lease_ms: int
+) -> list[bytes]:
+    """Renew leases; return the ids whose lease is no longer held."""
+    args: list[Arg] = [lease_ms]
+    for job_id, lease in leases:
+        args += (job_id, lease)
+    lost: list[bytes] = await _EXTEND(redis, [keys.active, keys.job_prefix], args)
+    return lost
+
+
+# -- admin: cancel, requeue, purge ---------------------------------------------------
+
+
+CancelCode = Literal["cancelled", "not_found", "too_late"]
+
+
+async def cancel(
+    redis: Redis, keys: QueueKeys, job_id: str, *, result_ttl_ms: int
+) -> tuple[CancelCode, str]:
+    code, state = await _CANCEL(redis, [keys.job(job_id), keys.schedule], [job_id, result_ttl_ms])
+    outcome: CancelCode = {1: "cancelled", 0: "too_late", -1: "not_found"}[int(code)]  # type: ignore[assignment]
+    return outcome, _text(state)
+
+
+@dataclass(frozen=True, slots=True)
+class Requeued:
+    requeued: int
+    skipped: int
+
+
+async def requeue(redis: Redis, keys: QueueKeys, job_ids: Sequence[str], *, limit: int) -> Requeued:
+    requeued, skipped = await _REQUEUE(
+        redis, [keys.dead, keys.notify, keys.job_prefix, *keys.ready_lists()], [limit, *job_ids]
+    )
+    return Requeued(int(requeued), int(skipped))
+
+
+async def purge(redis: Redis, keys: QueueKeys, job_ids: Sequence[str], *, limit: int) -> int:
+    return int(await _PURGE(redis, [keys.dead, keys.job_prefix], [limit, *job_ids]))
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw

@@ -1,0 +1,84 @@
+"""Settings as frozen dataclasses, validated once, and the one place the environment is read."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .errors import ConfigError
+from .keys import validate_name
+
+ENV_REDIS_URL = "AIOQUEUE_REDIS_URL"
+ENV_PREFIX = "AIOQUEUE_PREFIX"
+
+
+def redis_url_from_env() -> str | None:
+    """The Redis URL from ``AIOQUEUE_REDIS_URL``, or None when unset or empty."""
+    return os.environ.get(ENV_REDIS_URL) or None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppSettings:
+    """How an App talks to Redis and what it stores. Seconds at the API, ms in Redis."""
+
+    redis_url: str | None = None
+    prefix: str = "aioqueue"
+    default_queue: str = "default"
+    max_payload_bytes: int = 1024 * 1024
+    result_ttl: float = 24 * 3600.0
+    default_max_attempts: int = 3
+    socket_timeout: float = 10.0
+    connect_timeout: float = 5.0
+    max_connections: int = 64
+
+    def __post_init__(self) -> None:
+        validate_name("queue", self.default_queue)
+        if self.max_payload_bytes <= 0:
+            raise ConfigError("max_payload_bytes must be positive")
+        if self.result_ttl < 0:
+            raise ConfigError("result_ttl must not be negative")
+        if self.default_max_attempts < 1:
+            raise ConfigError("default_max_attempts must be at least 1")
+        if self.socket_timeout <= 0 or self.connect_timeout <= 0:
+            raise ConfigError("timeouts must be positive")
+        if self.max_connections < 4:
+            raise ConfigError("max_connections must be at least 4")
+
+    @property
+    def result_ttl_ms(self) -> int:
+        return int(self.result_ttl * 1000)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerSettings:
+    """How a worker runs. ``lease`` is renewed every third of itself while a job runs."""
+
+    queues: tuple[str, ...]
+    concurrency: int = 50
+    lease: float = 30.0
+    grace: float = 10.0
+    burst: bool = False
+    idle_wait: float = 2.0  # BLPOP timeout; below socket_timeout so a wait never looks hung
+    reclaim_interval: float = 5.0
+
+    def __post_init__(self) -> None:
+        if not self.queues:
+            raise ConfigError("a worker needs at least one queue")
+        for queue in self.queues:
+            validate_name("queue", queue)
+        if len(set(self.queues)) != len(self.queues):
+            raise ConfigError("queues are listed twice")
+        if self.concurrency < 1:
+            raise ConfigError("concurrency must be at least 1")
+        if self.lease < 1:
+            raise ConfigError("lease must be at least 1 second")
+        if self.grace < 0:
+            raise ConfigError("grace must not be negative")
+        if not 0.1 <= self.idle_wait <= 60:
+            raise ConfigError("idle_wait must be between 0.1 and 60 seconds")
+        if self.reclaim_interval <= 0:
+            raise ConfigError("reclaim_interval must be positive")
+
+    @property
+    def lease_ms(self) -> int:
+        return int(self.lease * 1000)

@@ -1,0 +1,96 @@
+"""Tasks: a registered handler, its options, and a typed handle to enqueue it."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from .backoff import Backoff, Exponential
+from .errors import ConfigError
+from .keys import PRIORITY_LEVELS, validate_name
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from .queue import EnqueueCall, Queue
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+PRIORITY_NAMES = {"low": 0, "normal": 5, "high": 9}
+DEFAULT_PRIORITY = PRIORITY_NAMES["normal"]
+
+
+def resolve_priority(priority: int | str) -> int:
+    """Map a named or numeric priority to 0..9 (higher runs first)."""
+    if isinstance(priority, str):
+        if priority not in PRIORITY_NAMES:
+            raise ConfigError(f"unknown priority {priority!r}: use 0-9 or {sorted(PRIORITY_NAMES)}")
+        return PRIORITY_NAMES[priority]
+    if isinstance(priority, bool) or not 0 <= priority < PRIORITY_LEVELS:
+        raise ConfigError(f"priority must be 0..{PRIORITY_LEVELS - 1}, got {priority!r}")
+    return priority
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskOptions:
+    """Per-task settings, given on the decorator and kept apart from the task's arguments."""
+
+    name: str
+    queue: str
+    timeout: float | None = 300.0
+    max_attempts: int = 3
+    backoff: Backoff = field(default_factory=Exponential)
+    priority: int = DEFAULT_PRIORITY
+    never_retry: tuple[type[BaseException], ...] = ()
+    dead_letter: bool = True
+
+    def __post_init__(self) -> None:
+        validate_name("task", self.name)
+        validate_name("queue", self.queue)
+        if self.timeout is not None and self.timeout <= 0:
+            raise ConfigError(f"task {self.name}: timeout must be positive or None")
+        if self.max_attempts < 1:
+            raise ConfigError(f"task {self.name}: max_attempts must be at least 1")
+        resolve_priority(self.priority)
+
+
+class Task(Generic[P, R]):
+    """A registered handler. Call it to run it in-process; ``.enqueue(...)`` to queue it.
+
+    ``enqueue`` takes exactly the handler's parameters (checked by the type checker through
+    ParamSpec); per-call options go on the returned call: ``.options(delay=60)``.
+    """
+
+    __slots__ = ("_queue_for", "fn", "is_async", "options", "signature")
+
+    def __init__(
+        self,
+        fn: Callable[P, Awaitable[R]] | Callable[P, R],
+        options: TaskOptions,
+        queue_for: Callable[[str], Queue],
+    ) -> None:
+        self.fn = fn
+        self.options = options
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.signature = inspect.signature(fn)
+        self._queue_for = queue_for
+
+    @property
+    def name(self) -> str:
+        return self.options.name
+
+    def __repr__(self) -> str:
+        return f"Task({self.name!r}, queue={self.options.queue!r})"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[R] | R:
+        return self.fn(*args, **kwargs)
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueCall[R]:
+        """Queue one run of this task on its queue; await the result for a Job handle."""
+        return self._queue_for(self.options.queue).enqueue(self, *args, **kwargs)
+
+    def check_arguments(self, args: Any, kwargs: Any) -> None:
+        """Raise TypeError when the handler cannot take these arguments."""
+        self.signature.bind(*args, **kwargs)

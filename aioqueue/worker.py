@@ -1,0 +1,276 @@
+"""Worker: runs the jobs of one or more queues with bounded concurrency.
+
+It is a composition of small loops, each owned by another module:
+- per queue, a QueueConsumer's fetch loop and ack loop (``consumer``),
+- per queue, a Promoter's promote loop and wake listener (``scheduler``),
+- for all queues, a LeaseKeeper's renew and reclaim loops (``leases``),
+and one asyncio task per running job, which ``runner.run_job`` turns into a Settlement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import socket
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+
+from .consumer import QueueConsumer, Slots
+from .leases import LeaseKeeper
+from .runner import run_job
+from .scheduler import Promoter
+from .scripts import Settlement, Taken
+from .settings import WorkerSettings
+
+if TYPE_CHECKING:
+    from collections.abc import Coroutine, Sequence
+    from types import TracebackType
+
+    from .app import App
+
+logger = logging.getLogger(__name__)
+
+
+class Worker:
+    """Runs jobs. Use ``async with app.worker(...)`` inside an existing asyncio service,
+    ``await worker.run()`` as a process's main coroutine, or ``await
+    worker.run_until_idle()`` to drain the queues and return (burst mode).
+
+    Options: ``queues`` (default: every queue the app's tasks use), ``concurrency`` (jobs
+    at once), ``lease`` (seconds; renewed while a job runs), ``grace`` (seconds running
+    jobs get to finish at shutdown before they are cancelled and put back), ``burst``.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        queues: Sequence[str] | None = None,
+        concurrency: int = 50,
+        lease: float = 30.0,
+        grace: float = 10.0,
+        burst: bool = False,
+        idle_wait: float = 2.0,
+        reclaim_interval: float = 5.0,
+    ) -> None:
+        self.app = app
+        self.settings = WorkerSettings(
+            queues=tuple(queues or app.queue_names()),
+            concurrency=concurrency,
+            lease=lease,
+            grace=grace,
+            burst=burst,
+            idle_wait=idle_wait,
+            reclaim_interval=reclaim_interval,
+        )
+        self.id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        self.outcomes: Counter[str] = Counter()  # settlements by outcome, for logs and tests
+        self._consumers: list[QueueConsumer] = []
+        self._promoters: list[Promoter] = []
+        self._jobs: set[asyncio.Task[None]] = set()
+        self._fetchers: list[asyncio.Task[None]] = []
+        self._loops: list[asyncio.Task[None]] = []
+        self._background: list[asyncio.Task[None]] = []
+        self._stop_taking = asyncio.Event()
+        self._closed = asyncio.Event()
+        self._stop_requested = asyncio.Event()
+        self._force = False
+        self._started = False
+        self._stopped = False
+
+    def __repr__(self) -> str:
+        return f"Worker({self.id!r}, queues={list(self.settings.queues)})"
+
+    @property
+    def running(self) -> int:
+        """How many jobs are running now."""
+        return len(self._jobs)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, and start taking jobs in the background."""
+        if self._started:
+            raise RuntimeError("a Worker can be started once")
+        self._started = True
+        redis = await self.app.client()
+        settings, app_settings = self.settings, self.app.settings
+        slots = Slots(settings.concurrency)
+        self._slots = slots
+        for name in settings.queues:
+            consumer = QueueConsumer(
+                redis,
+                self.app.queue(name).keys,
+                settings=settings,
+                result_ttl_ms=app_settings.result_ttl_ms,
+                slots=slots,
+                worker_id=self.id,
+                start_job=self._start_job,
+                stopping=self._stop_taking,
+            )
+            self._consumers.append(consumer)
+            self._promoters.append(
+                Promoter(
+                    redis,
+                    consumer.keys,
+                    wake_key=consumer.wake_key,
+                    idle_wait=settings.idle_wait,
+                    stopping=self._stop_taking,
+                )
+            )
+        keeper = LeaseKeeper(
+            self._consumers,
+            lease_ms=settings.lease_ms,
+            reclaim_interval=settings.reclaim_interval,
+            default_max_attempts=app_settings.default_max_attempts,
+            stopping=self._closed,
+        )
+        self._fetchers = [self._spawn(c.fetch_loop()) for c in self._consumers]
+        self._loops = [self._spawn(c.acks.run()) for c in self._consumers]
+        self._background = [
+            *(self._spawn(p.promote_loop()) for p in self._promoters),
+            *(self._spawn(p.listen_loop()) for p in self._promoters),
+            self._spawn(keeper.renew_loop()),
+            self._spawn(keeper.reclaim_loop()),
+        ]
+        if settings.burst:
+            self._spawn(self._stop_when_drained())
+        logger.info(
+            "worker %s serving %s with concurrency %d",
+            self.id,
+            ", ".join(settings.queues),
+            settings.concurrency,
+        )
+
+    async def run(self, *, handle_signals: bool = False) -> None:
+        """Run until stop() is requested (or a signal arrives, or burst mode drains)."""
+        loop = asyncio.get_running_loop()
+        signals = (signal.SIGTERM, signal.SIGINT) if handle_signals else ()
+        for sig in signals:
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        try:
+            await self.start()
+            await self._stop_requested.wait()
+        finally:
+            await self.stop()
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+
+    async def run_until_idle(self) -> None:
+        """Burst mode: run until nothing is ready, running or due, then stop."""
+        if not self.settings.burst:
+            raise RuntimeError("run_until_idle() needs a worker made with burst=True")
+        await self.run()
+
+    def request_stop(self, *, force: bool = False) -> None:
+        """Ask run() to return: stop taking jobs, let running ones finish within the grace
+        period (none with force=True), put the rest back."""
+        self._force = self._force or force
+        self._stop_requested.set()
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        if self._stop_requested.is_set():
+            logger.warning("second %s: cancelling running jobs now", sig.name)
+            self._force = True
+            for job in list(self._jobs):
+                job.cancel()
+            return
+        logger.info("%s: stopping (grace %.1fs)", sig.name, self.settings.grace)
+        self.request_stop()
+
+    async def stop(self) -> None:
+        """Stop gracefully; every job ends settled or back in ready, never lost."""
+        if not self._started or self._stopped:
+            return
+        self._stopped = True
+        self._stop_requested.set()
+        self._stop_taking.set()
+        self._slots.interrupt()
+        for consumer in self._consumers:
+            consumer.interrupt()
+        for promoter in self._promoters:
+            promoter.interrupt()
+        await self._wake_blocked_waits()
+        await asyncio.gather(*self._fetchers, return_exceptions=True)
+        await self._finish_running_jobs()
+        for consumer in self._consumers:
+            consumer.acks.close()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        self._closed.set()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        logger.info("worker %s stopped: %s", self.id, dict(self.outcomes))
+
+    async def _wake_blocked_waits(self) -> None:
+        """Each queue has two BLPOPs (fetch, schedule) on this worker's wake list: push two
+        tokens so they return now, without cancelling a redis-py call."""
+        try:
+            redis = await self.app.client()
+            async with redis.pipeline(transaction=False) as pipe:
+                for consumer in self._consumers:
+                    pipe.rpush(consumer.wake_key, "stop", "stop")
+                    pipe.pexpire(consumer.wake_key, 60_000)
+                await pipe.execute()
+        except RedisError as exc:  # the BLPOPs then return at their timeout
+            logger.warning("could not wake blocked waits: %r", exc)
+
+    async def _finish_running_jobs(self) -> None:
+        if self._jobs and not self._force:
+            await asyncio.wait(self._jobs, timeout=self.settings.grace)
+        if self._jobs:
+            logger.warning(
+                "cancelling %d job(s) still running; they go back to ready", self.running
+            )
+            for job in self._jobs:
+                job.cancel()
+            await asyncio.wait(self._jobs, timeout=max(1.0, self.settings.grace))
+
+    async def _stop_when_drained(self) -> None:
+        await asyncio.gather(*self._fetchers, return_exceptions=True)
+        self.request_stop()
+
+    async def __aenter__(self) -> Worker:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # -- jobs ----------------------------------------------------------------------------
+
+    def _start_job(self, consumer: QueueConsumer, taken: Taken) -> None:
+        job = asyncio.get_running_loop().create_task(self._execute(consumer, taken))
+        self._jobs.add(job)
+        job.add_done_callback(self._jobs.discard)
+
+    async def _execute(self, consumer: QueueConsumer, taken: Taken) -> None:
+        try:
+            settlement = await run_job(taken, self.app.find_task)
+        except asyncio.CancelledError:  # shutdown: back to ready, attempt not counted
+            settlement = Settlement(taken.id, taken.lease, "release")
+        except Exception:  # a bug in aioqueue itself: keep the job, keep the worker
+            logger.exception("job %s: internal error; releasing it", taken.job_id)
+            settlement = Settlement(taken.id, taken.lease, "release")
+        self.outcomes[settlement.outcome] += 1
+        consumer.finished(settlement)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro)
+        task.add_done_callback(_log_crash)
+        return task
+
+
+def _log_crash(task: asyncio.Task[None]) -> None:
+    with contextlib.suppress(asyncio.CancelledError):
+        if (exc := task.exception()) is not None:
+            logger.error("worker loop crashed: %r", exc, exc_info=exc)

@@ -193,7 +193,7 @@ class App:
             retry_on_error=[RedisConnectionError, RedisTimeoutError],
             decode_responses=False,  # job bytes need not be UTF-8; never destroy them
         )
-        return Redis(connection_pool=pool)
+        return Redis.from_pool(pool)  # the client owns the pool and closes it
 
     async def close(self) -> None:
         """Close the Redis client (and its connections)."""

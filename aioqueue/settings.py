@@ -9,7 +9,6 @@ from .errors import ConfigError
 from .keys import validate_name
 
 ENV_REDIS_URL = "AIOQUEUE_REDIS_URL"
-ENV_PREFIX = "AIOQUEUE_PREFIX"
 
 
 def redis_url_from_env() -> str | None:

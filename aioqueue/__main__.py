@@ -1,0 +1,7 @@
+"""``python -m aioqueue``: the same as the ``aioqueue`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,223 @@
+"""The command line: ``aioqueue worker module:app`` and ``aioqueue dead ls|show|requeue|purge``.
+
+This is the only module that configures logging. With no Redis URL configured (no
+``--redis-url``, none in the App, no ``AIOQUEUE_REDIS_URL``), ``worker`` starts an embedded
+server on a free loopback port and says so; a configured URL always wins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+from .app import App
+from .embedded import EmbeddedServer
+from .errors import AioqueueError, ConfigError
+from .settings import ENV_REDIS_URL
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
+    from .job import JobInfo
+    from .worker import Worker
+
+logger = logging.getLogger("aioqueue.cli")
+
+
+def load_app(target: str) -> App:
+    """Import ``module:attribute`` (the current directory is importable) and return the App."""
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise ConfigError(f"expected module:app, got {target!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    module = importlib.import_module(module_name)
+    app = getattr(module, attribute, None)
+    if not isinstance(app, App):
+        raise ConfigError(f"{target} is not an aioqueue.App (got {type(app).__name__})")
+    return app
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="aioqueue", description=__doc__.split("\n")[0])
+    parser.add_argument("--log-level", default="info", help="debug, info, warning, error")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    worker = commands.add_parser("worker", help="run a worker process")
+    worker.add_argument("target", help="module:app, e.g. myproject.tasks:app")
+    worker.add_argument("--redis-url", help=f"overrides the App's URL and {ENV_REDIS_URL}")
+    worker.add_argument(
+        "-q",
+        "--queue",
+        action="append",
+        dest="queues",
+        help="a queue to serve (repeatable; default: every queue of the app)",
+    )
+    worker.add_argument("-c", "--concurrency", type=int, default=50)
+    worker.add_argument(
+        "-p",
+        "--processes",
+        type=int,
+        default=1,
+        help="worker processes to run (each with --concurrency slots)",
+    )
+    worker.add_argument("--lease", type=float, default=30.0, help="lease seconds")
+    worker.add_argument("--grace", type=float, default=10.0, help="shutdown grace seconds")
+    worker.add_argument(
+        "--burst", action="store_true", help="exit once nothing is ready, running or due"
+    )
+
+    dead = commands.add_parser("dead", help="inspect and requeue dead jobs")
+    dead.add_argument("action", choices=["ls", "show", "requeue", "purge"])
+    dead.add_argument("target", help="module:app")
+    dead.add_argument("ids", nargs="*", help="job ids (show: one; requeue/purge: none = oldest)")
+    dead.add_argument("--redis-url")
+    dead.add_argument("-q", "--queue", help="the queue (default: the app's default queue)")
+    dead.add_argument("--limit", type=int, default=100)
+    return parser  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        app = load_app(args.target)
+        if args.redis_url:
+            app.set_redis_url(args.redis_url)
+        if args.command == "worker":
+            return run_worker(app, args)
+        return asyncio.run(run_dead(app, args))
+    except AioqueueError as exc:
+        logger.error("%s", exc)
+        return 2
+
+
+# -- worker ------------------------------------------------------------------------------
+
+
+def run_worker(app: App, args: argparse.Namespace) -> int:
+    with _redis_for(app):
+        if args.processes > 1:
+            return _run_processes(app, args)
+        worker = app.worker(
+            queues=args.queues, concurrency=args.concurrency, lease=args.lease,
+            grace=args.grace, burst=args.burst,
+        )  # fmt: skip
+        asyncio.run(_serve(app, worker))
+    return 0
+
+
+async def _serve(app: App, worker: Worker) -> None:
+    try:
+        await worker.run(handle_signals=True)
+    finally:
+        await app.close()
+
+
+@contextlib.contextmanager
+def _redis_for(app: App) -> Iterator[None]:
+    """Use the configured server, or start an embedded one for the command's lifetime."""
+    if app.redis_url:
+        yield
+        return
+    server = EmbeddedServer()
+    url = server.start()
+    logger.warning(
+        "no Redis URL configured (--redis-url, App(redis_url=...) or %s): "
+        "started an embedded server %s at %s; its data is gone when this command exits",
+        ENV_REDIS_URL,
+        server.binary,
+        url,
+    )
+    app.set_redis_url(url)
+    try:
+        yield
+    finally:
+        server.stop()
+
+
+def _run_processes(app: App, args: argparse.Namespace) -> int:
+    """Run N single-process workers as children, forwarding SIGTERM/SIGINT to them."""
+    argv = [sys.executable, "-m", "aioqueue", "--log-level", args.log_level, "worker",
+            args.target, "--concurrency", str(args.concurrency), "--lease", str(args.lease),
+            "--grace", str(args.grace)]  # fmt: skip
+    for queue in args.queues or ():
+        argv += ["--queue", queue]
+    if args.burst:
+        argv.append("--burst")
+    env = {**os.environ, ENV_REDIS_URL: app.redis_url or ""}
+    children = [subprocess.Popen(argv, env=env) for _ in range(args.processes)]
+
+    def forward(sig: int, _frame: object) -> None:
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                child.send_signal(sig)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, forward)
+    codes = [child.wait() for child in children]
+    return max(codes)
+
+
+# -- dead letters ------------------------------------------------------------------------
+
+
+async def run_dead(app: App, args: argparse.Namespace) -> int:
+    if not app.redis_url:
+        raise ConfigError(f"dead-letter commands need a Redis URL (--redis-url or {ENV_REDIS_URL})")
+    queue = app.queue(args.queue)
+    try:
+        if args.action == "ls":
+            for info in await queue.dead_jobs(limit=args.limit):
+                print(_summary(info))  # noqa: T201 - the command's output
+        elif args.action == "show":
+            if len(args.ids) != 1:
+                raise ConfigError("show takes exactly one job id")
+            found = await queue.info(args.ids[0])
+            if found is None:
+                raise ConfigError(f"no job {args.ids[0]!r} in queue {queue.name!r}")
+            print(_details(found))  # noqa: T201
+        elif args.action == "requeue":
+            count = await queue.requeue_dead(args.ids, limit=args.limit)
+            print(f"requeued {count} job(s)")  # noqa: T201
+        else:
+            count = await queue.purge_dead(args.ids, limit=args.limit)
+            print(f"purged {count} job(s)")  # noqa: T201
+    finally:
+        await app.close()
+    return 0
+
+
+def _summary(info: JobInfo) -> str:
+    error = f"{info.error.type}: {info.error.message}" if info.error else ""
+    return f"{info.id}\t{info.task or '?'}\tattempts={info.attempts}\t{error}"
+
+
+def _details(info: JobInfo) -> str:
+    lines = [
+        f"id:        {info.id}",
+        f"queue:     {info.queue}",
+        f"status:    {info.status}",
+        f"task:      {info.task}",
+        f"args:      {list(info.args)!r}",
+        f"kwargs:    {dict(info.kwargs)!r}",
+        f"attempts:  {info.attempts}",
+        f"enqueued:  {info.enqueued_at_ms}",
+        f"finished:  {info.finished_at_ms}",
+    ]
+    if info.error:
+        lines += [f"error:     {info.error.type}: {info.error.message}", info.error.traceback]
+    if info.raw is not None:
+        lines.append(f"raw bytes: {info.raw!r}")
+    return "\n".join(lines)

@@ -1,0 +1,19 @@
+"""An app for the CLI tests; its key prefix comes from the environment so tests stay isolated."""
+
+from __future__ import annotations
+
+import os
+
+import aioqueue
+
+app = aioqueue.App(prefix=os.environ.get("TEST_PREFIX", "aioqueue-cli-test"))
+
+
+@app.task(retries=0)
+async def shout(word: str) -> str:
+    if word == "boom":
+        raise ValueError("cannot shout boom")
+    return word.upper()
+
+
+not_an_app = object()

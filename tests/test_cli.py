@@ -1,0 +1,120 @@
+"""The command line, run as real processes against the suite's server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+import pytest
+
+import aioqueue
+from tests.helpers import wait_until
+
+TARGET = "tests.cli_app:app"
+
+
+async def run_cli(
+    args: Sequence[str], *, env: dict[str, str], timeout: float = 30
+) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "aioqueue", *args,
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(), timeout)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+@pytest.fixture
+def cli_env(redis_url: str, prefix: str) -> dict[str, str]:
+    return {**os.environ, "AIOQUEUE_REDIS_URL": redis_url, "TEST_PREFIX": prefix}
+
+
+@pytest.fixture
+async def producer(redis_url: str, prefix: str) -> aioqueue.App:
+    """A producer with no tasks of its own, like a web service without the worker code."""
+    return aioqueue.App(redis_url=redis_url, prefix=prefix)
+
+
+async def test_burst_worker_runs_queued_jobs(cli_env: dict[str, str], producer: aioqueue.App):
+    queue = producer.queue()
+    jobs = [await queue.enqueue("shout", word) for word in ("a", "b", "c")]
+    code, _, err = await run_cli(["worker", TARGET, "--burst", "-c", "5"], env=cli_env)
+    assert code == 0, err
+    assert [await job.result(timeout=1) for job in jobs] == ["A", "B", "C"]
+    await producer.close()
+
+
+async def test_two_processes_share_the_work(cli_env: dict[str, str], producer: aioqueue.App):
+    queue = producer.queue()
+    jobs = [await queue.enqueue("shout", f"w{i}") for i in range(40)]
+    code, _, err = await run_cli(["worker", TARGET, "--burst", "-p", "2"], env=cli_env)
+    assert code == 0, err
+    assert [await job.result(timeout=1) for job in jobs] == [f"W{i}" for i in range(40)]
+    await producer.close()
+
+
+async def test_without_a_url_it_starts_an_embedded_server(prefix: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "AIOQUEUE_REDIS_URL"}
+    env["TEST_PREFIX"] = prefix
+    code, _, err = await run_cli(["worker", TARGET, "--burst"], env=env)
+    assert code == 0, err
+    assert "started an embedded server" in err
+
+
+async def test_sigterm_stops_the_worker_gracefully(cli_env: dict[str, str], redis_url: str):
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "aioqueue", "worker", TARGET,
+        env=cli_env, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stderr is not None
+    started = await asyncio.wait_for(process.stderr.readline(), 10)
+    assert b"serving" in started
+    process.send_signal(signal.SIGTERM)
+    rest = await asyncio.wait_for(process.stderr.read(), 10)
+    assert await process.wait() == 0
+    assert b"stopped" in rest
+
+
+async def test_dead_commands(cli_env: dict[str, str], producer: aioqueue.App):
+    job = await producer.queue().enqueue("shout", "boom")
+    code, _, err = await run_cli(["worker", TARGET, "--burst"], env=cli_env)
+    assert code == 0, err
+    assert await job.status() is aioqueue.JobStatus.DEAD
+
+    code, out, _ = await run_cli(["dead", "ls", TARGET], env=cli_env)
+    assert code == 0 and job.id in out and "ValueError: cannot shout boom" in out
+    code, out, _ = await run_cli(["dead", "show", TARGET, job.id], env=cli_env)
+    assert code == 0 and "status:    dead" in out and "Traceback" in out
+    code, out, _ = await run_cli(["dead", "requeue", TARGET, job.id], env=cli_env)
+    assert code == 0 and "requeued 1 job(s)" in out
+    assert await job.status() is aioqueue.JobStatus.QUEUED
+
+    code, _, _ = await run_cli(["worker", TARGET, "--burst"], env=cli_env)
+    assert code == 0
+    await wait_until(lambda: _is_dead(job))
+    code, out, _ = await run_cli(["dead", "purge", TARGET], env=cli_env)
+    assert code == 0 and "purged 1 job(s)" in out
+    assert await producer.queue().info(job.id) is None
+    await producer.close()
+
+
+async def _is_dead(job: aioqueue.Job[object]) -> bool:
+    return await job.status() is aioqueue.JobStatus.DEAD
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("tests.cli_app:not_an_app", "is not an aioqueue.App"),
+        ("tests.cli_app", "expected module:app"),
+    ],
+)
+async def test_bad_target_is_a_clear_error(cli_env: dict[str, str], target: str, message: str):
+    code, _, err = await run_cli(["worker", target, "--burst"], env=cli_env)
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err

@@ -14,9 +14,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from . import scripts
 from .backoff import Backoff, Exponential
 from .errors import ConfigError, ServerUnavailable
+from .priorities import DEFAULT_PRIORITY, resolve_priority
 from .queue import Queue
 from .settings import ENV_REDIS_URL, AppSettings, redis_url_from_env
-from .task import DEFAULT_PRIORITY, Task, TaskOptions, resolve_priority
+from .task import Task, TaskOptions
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine

@@ -18,6 +18,7 @@ from redis.exceptions import RedisError
 
 from . import scripts
 from ._aio import wait_event
+from .priorities import planner
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -32,6 +33,7 @@ logger = logging.getLogger(__name__)
 
 MAX_ACK_BATCH = 500  # bounds one ack script's run time inside Redis
 RETRY_PAUSE = 0.5  # pause before retrying after a Redis error
+GIVE_UP_AFTER = 30.0  # at shutdown, stop retrying acks after this long without Redis
 
 
 class Slots:
@@ -41,6 +43,7 @@ class Slots:
         self.size = size
         self.used = 0
         self._freed = asyncio.Event()
+        self._interrupted = False
 
     def reserve_all(self) -> int:
         """Reserve every free slot; give back the unused ones with release()."""
@@ -55,13 +58,9 @@ class Slots:
 
     async def wait_free(self) -> None:
         """Return when a slot is free, or when interrupt() is called."""
-        while self.used >= self.size:
+        while self.used >= self.size and not self._interrupted:
             self._freed.clear()
             await self._freed.wait()
-            if self._interrupted:
-                return
-
-    _interrupted = False
 
     def interrupt(self) -> None:
         self._interrupted = True
@@ -85,6 +84,7 @@ class AckBatcher:
         self._wake = asyncio.Event()
         self._in_flight = False
         self._closing = False
+        self._give_up_at = 0.0
 
     @property
     def idle(self) -> bool:
@@ -95,8 +95,13 @@ class AckBatcher:
         self._wake.set()
 
     def close(self) -> None:
-        """Finish what is pending, then return from run()."""
+        """Finish what is pending, then return from run().
+
+        If Redis stays unreachable, run() gives up after GIVE_UP_AFTER seconds: those jobs
+        stay active in Redis and come back when their leases expire, so none is lost.
+        """
         self._closing = True
+        self._give_up_at = asyncio.get_running_loop().time() + GIVE_UP_AFTER
         self._wake.set()
 
     async def run(self) -> None:
@@ -117,6 +122,13 @@ class AckBatcher:
                     "acking %d job(s) of %s failed: %r", len(batch), self._keys.name, exc
                 )
                 self._pending[:0] = batch
+                if self._closing and asyncio.get_running_loop().time() > self._give_up_at:
+                    logger.error(
+                        "giving up acking %d job(s) of %s; they return when their leases expire",
+                        len(self._pending),
+                        self._keys.name,
+                    )
+                    return
                 await asyncio.sleep(RETRY_PAUSE)
                 continue
             finally:
@@ -148,6 +160,7 @@ class QueueConsumer:
         self.running = 0
         self._activity = asyncio.Event()
         self._take_calls = 0
+        self._plan = planner(settings.priority_mode, settings.priority_weights)
 
     def interrupt(self) -> None:
         """Wake the fetch loop wherever it waits in-process (stopping)."""
@@ -203,6 +216,7 @@ class QueueConsumer:
                 lease=lease,
                 lease_ms=self.settings.lease_ms,
                 limit=free,
+                plan=self._plan(free),
                 woken=woken,
             )
         except RedisError as exc:

@@ -11,7 +11,8 @@ from . import scripts
 from .errors import ConfigError, InvalidArguments
 from .job import Job, JobInfo, Payload
 from .keys import QueueKeys
-from .task import DEFAULT_PRIORITY, Task, resolve_priority
+from .priorities import DEFAULT_PRIORITY, resolve_priority
+from .task import Task
 
 if TYPE_CHECKING:
     from collections.abc import Generator, Mapping, Sequence

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from redis.exceptions import NoScriptError
 
+from .keys import PRIORITY_LEVELS
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -112,12 +114,23 @@ class TakeResult:
 
 
 async def take(
-    redis: Redis, keys: QueueKeys, *, lease: str, lease_ms: int, limit: int, woken: bool = False
+    redis: Redis,
+    keys: QueueKeys,
+    *,
+    lease: str,
+    lease_ms: int,
+    limit: int,
+    plan: Sequence[tuple[int, int]] | None = None,
+    woken: bool = False,
 ) -> TakeResult:
+    """Lease up to ``limit`` jobs, visiting priority levels by ``plan`` (default: strict)."""
+    args: list[Arg] = [lease, lease_ms, limit, int(woken)]
+    for priority, quota in plan or [(p, limit) for p in reversed(range(PRIORITY_LEVELS))]:
+        args += (priority, quota)
     reply = await _TAKE(
         redis,
         [keys.active, keys.notify, keys.dead, keys.seq, keys.job_prefix, *keys.ready_lists()],
-        [lease, lease_ms, limit, int(woken)],
+        args,
     )
     jobs = [
         Taken(reply[i], reply[i + 1], int(reply[i + 2]), int(reply[i + 3]), lease)

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .errors import ConfigError
 from .keys import validate_name
+from .priorities import PriorityMode, planner
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 ENV_REDIS_URL = "AIOQUEUE_REDIS_URL"
 
@@ -59,6 +64,8 @@ class WorkerSettings:
     burst: bool = False
     idle_wait: float = 2.0  # BLPOP timeout; below socket_timeout so a wait never looks hung
     reclaim_interval: float = 5.0
+    priority_mode: PriorityMode = "strict"
+    priority_weights: Mapping[int, float] | None = None
 
     def __post_init__(self) -> None:
         if not self.queues:
@@ -77,6 +84,7 @@ class WorkerSettings:
             raise ConfigError("idle_wait must be between 0.1 and 60 seconds")
         if self.reclaim_interval <= 0:
             raise ConfigError("reclaim_interval must be positive")
+        planner(self.priority_mode, self.priority_weights)  # validates both
 
     @property
     def lease_ms(self) -> int:

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from .backoff import Backoff, Exponential
 from .errors import ConfigError
-from .keys import PRIORITY_LEVELS, validate_name
+from .keys import validate_name
+from .priorities import DEFAULT_PRIORITY, resolve_priority
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -17,20 +18,6 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-PRIORITY_NAMES = {"low": 0, "normal": 5, "high": 9}
-DEFAULT_PRIORITY = PRIORITY_NAMES["normal"]
-
-
-def resolve_priority(priority: int | str) -> int:
-    """Map a named or numeric priority to 0..9 (higher runs first)."""
-    if isinstance(priority, str):
-        if priority not in PRIORITY_NAMES:
-            raise ConfigError(f"unknown priority {priority!r}: use 0-9 or {sorted(PRIORITY_NAMES)}")
-        return PRIORITY_NAMES[priority]
-    if isinstance(priority, bool) or not 0 <= priority < PRIORITY_LEVELS:
-        raise ConfigError(f"priority must be 0..{PRIORITY_LEVELS - 1}, got {priority!r}")
-    return priority
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -29,6 +29,11 @@ from .scripts import Settlement, Taken
 from .settings import WorkerSettings
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from .priorities import PriorityMode
+
+if TYPE_CHECKING:
     from collections.abc import Coroutine, Sequence
     from types import TracebackType
 
@@ -44,7 +49,9 @@ class Worker:
 
     Options: ``queues`` (default: every queue the app's tasks use), ``concurrency`` (jobs
     at once), ``lease`` (seconds; renewed while a job runs), ``grace`` (seconds running
-    jobs get to finish at shutdown before they are cancelled and put back), ``burst``.
+    jobs get to finish at shutdown before they are cancelled and put back), ``burst``,
+    ``priority_mode`` ("strict": higher levels always first; "weighted": levels share the
+    slots by ``priority_weights``, default ``p + 1`` for level ``p``, so none starves).
     """
 
     def __init__(
@@ -58,6 +65,8 @@ class Worker:
         burst: bool = False,
         idle_wait: float = 2.0,
         reclaim_interval: float = 5.0,
+        priority_mode: PriorityMode = "strict",
+        priority_weights: Mapping[int, float] | None = None,
     ) -> None:
         self.app = app
         self.settings = WorkerSettings(
@@ -68,6 +77,8 @@ class Worker:
             burst=burst,
             idle_wait=idle_wait,
             reclaim_interval=reclaim_interval,
+            priority_mode=priority_mode,
+            priority_weights=priority_weights,
         )
         self.id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self.outcomes: Counter[str] = Counter()  # settlements by outcome, for logs and tests

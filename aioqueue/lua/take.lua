@@ -1,6 +1,11 @@
---[[ take: lease up to `limit` ready jobs to one worker, highest priority first, FIFO
-within a priority. Each taken job moves to the active ZSET in this same atomic step,
-so there is no instant at which a job exists only in a worker's memory.
+--[[ take: lease up to `limit` ready jobs to one worker, FIFO within a priority. Each taken
+job moves to the active ZSET in this same atomic step, so there is no instant at which a
+job exists only in a worker's memory.
+
+The caller plans the order: it lists priority levels, each with a quota. A first pass takes
+up to each level's quota in that order; a second pass fills what is left in the same
+order. Strict priority is levels 9..0 with quotas of `limit`; a weighted plan (levels in
+a weighted-random order, quotas by weight) keeps low levels from starving.
 
 Entries that are not a queued job are handled here, never dropped silently:
 a cancelled job's stale entry is skipped (its record already says cancelled); an entry
@@ -18,6 +23,7 @@ ARGV[2] lease_ms  lease length
 ARGV[3] limit     max jobs to take (bounds run time)
 ARGV[4] woken     1 if the caller's BLPOP just consumed a notify token, else 0: the tokens
                   trimmed are one per entry popped, minus the one already consumed
+ARGV[5..] pairs   priority (0..9), quota: the plan
 
 Returns {now_ms, id_1, payload_1, attempts_1, max_attempts_1, id_2, ...}.
 ]]
@@ -61,14 +67,24 @@ local function take_one(id)
   -- any other state (cancelled, or a duplicate entry of a running job): already recorded
 end
 
-for level = 15, 6, -1 do
-  while taken < limit do
-    local ids = redis.call('LPOP', KEYS[level], limit - taken)
-    if not ids then break end
+local function drain(priority, want)
+  local goal = math.min(limit, taken + want)
+  while taken < goal do
+    local ids = redis.call('LPOP', KEYS[6 + priority], goal - taken)
+    if not ids then return end
     popped = popped + #ids
     for i = 1, #ids do take_one(ids[i]) end
   end
-  if taken >= limit then break end
+end
+
+local partial = false -- any quota below the limit: a second pass may find more
+for i = 5, #ARGV, 2 do
+  local quota = tonumber(ARGV[i + 1])
+  if quota < limit then partial = true end
+  drain(tonumber(ARGV[i]), quota)
+end
+if partial then
+  for i = 5, #ARGV, 2 do drain(tonumber(ARGV[i]), limit) end
 end
 
 if taken < limit then

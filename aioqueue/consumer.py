@@ -155,6 +155,7 @@ class QueueConsumer:
         self._slots, self._worker_id, self._start_job = slots, worker_id, start_job
         self._stopping = stopping
         self.wake_key = keys.wake(worker_id)
+        self._result_ttl_ms = result_ttl_ms
         self.acks = AckBatcher(redis, keys, result_ttl_ms=result_ttl_ms, on_settled=self._settled)
         self.held: dict[bytes, Taken] = {}  # leased to this worker until the ack lands
         self.running = 0
@@ -216,6 +217,7 @@ class QueueConsumer:
                 lease=lease,
                 lease_ms=self.settings.lease_ms,
                 limit=free,
+                result_ttl_ms=self._result_ttl_ms,
                 plan=self._plan(free),
                 woken=woken,
             )

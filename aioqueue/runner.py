@@ -31,6 +31,15 @@ class HandlerTimeout(TimeoutError):
     """The handler ran past its timeout (it may have swallowed the cancellation)."""
 
 
+class _Escaped(Exception):
+    """A BaseException a sync handler raised in its thread, carried back as a plain
+    exception: GeneratorExit or SystemExit must not travel through an asyncio Future."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(repr(original))
+        self.original = original
+
+
 async def run_job(taken: Taken, find_task: TaskLookup) -> Settlement:
     """Run one taken job to its Settlement. Cancellation propagates to the caller."""
     try:
@@ -48,8 +57,10 @@ async def run_job(taken: Taken, find_task: TaskLookup) -> Settlement:
     try:
         result = await _call(task, payload, timeout)
         data = encode_result(result)
-    except asyncio.CancelledError:
-        raise
+    except asyncio.CancelledError as exc:
+        if _cancelled_from_outside():
+            raise  # shutdown or abort: the worker decides what happens to the job
+        return _failed(taken, task, exc)  # the handler raised it itself
     except SerializationError as exc:
         return _bury(taken, "SerializationError", str(exc))
     except BaseException as exc:
@@ -81,14 +92,30 @@ async def _call(task: Task[..., Any], payload: Payload, timeout: float | None) -
 async def _invoke(task: Task[..., Any], payload: Payload) -> Any:
     if task.is_async:
         return await task.fn(*payload.args, **payload.kwargs)
-    call = functools.partial(task.fn, *payload.args, **payload.kwargs)
+    call = functools.partial(_call_in_thread, task.fn, payload.args, payload.kwargs)
     result = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
     if inspect.isawaitable(result):  # a plain callable that returned a coroutine
         result = await result
     return result
 
 
+def _call_in_thread(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+    try:
+        return fn(*args, **kwargs)
+    except Exception:
+        raise
+    except BaseException as exc:  # carried back to the loop as data
+        raise _Escaped(exc) from exc
+
+
+def _cancelled_from_outside() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 def _failed(taken: Taken, task: Task[..., Any], exc: BaseException) -> Settlement:
+    if isinstance(exc, _Escaped):
+        exc = exc.original
     error = encode_error(type(exc).__name__, str(exc), _format(exc))
     max_attempts = taken.max_attempts or task.options.max_attempts
     retryable = not isinstance(exc, task.options.never_retry)

@@ -82,7 +82,14 @@ async def enqueue(
 ) -> Enqueued:
     created, state = await _ENQUEUE(
         redis,
-        [keys.job(job_id), keys.ready(priority), keys.notify, keys.schedule, keys.schedule_wake],
+        [
+            keys.job(job_id),
+            keys.ready(priority),
+            keys.notify,
+            keys.schedule,
+            keys.schedule_wake,
+            keys.dead,
+        ],
         [job_id, payload, priority, max_attempts, delay_ms, due_ms],
     )
     return Enqueued(bool(created), _text(state))
@@ -120,11 +127,12 @@ async def take(
     lease: str,
     lease_ms: int,
     limit: int,
+    result_ttl_ms: int = 24 * 3600 * 1000,
     plan: Sequence[tuple[int, int]] | None = None,
     woken: bool = False,
 ) -> TakeResult:
     """Lease up to ``limit`` jobs, visiting priority levels by ``plan`` (default: strict)."""
-    args: list[Arg] = [lease, lease_ms, limit, int(woken)]
+    args: list[Arg] = [lease, lease_ms, limit, int(woken), result_ttl_ms]
     for priority, quota in plan or [(p, limit) for p in reversed(range(PRIORITY_LEVELS))]:
         args += (priority, quota)
     reply = await _TAKE(
@@ -194,7 +202,9 @@ class Promoted:
 
 async def promote(redis: Redis, keys: QueueKeys, *, limit: int) -> Promoted:
     count, head, now = await _PROMOTE(
-        redis, [keys.schedule, keys.notify, keys.job_prefix, *keys.ready_lists()], [limit]
+        redis,
+        [keys.schedule, keys.notify, keys.job_prefix, keys.dead, keys.seq, *keys.ready_lists()],
+        [limit],
     )
     next_due = int(head)
     return Promoted(int(count), None if next_due < 0 else next_due, int(now))

@@ -62,6 +62,10 @@ end
 local function settle(id, lease, outcome, data, delay_ms)
   local key = job_prefix .. id
   local record = redis.call('HMGET', key, 's', 'w')
+  if not record[1] then -- settled before with result_ttl_ms = 0 (record deleted)
+    redis.call('ZREM', active, id)
+    return 1
+  end
   if record[2] ~= lease then return -2 end
   if record[1] ~= 'active' then return 1 end -- settled before: a retried ack
   redis.call('ZREM', active, id)

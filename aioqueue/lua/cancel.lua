@@ -5,7 +5,8 @@ the schedule (O(log n)).
 KEYS[1] job        HASH  the job record
 KEYS[2] schedule   ZSET  job id -> due time (ms)
 ARGV[1] id
-ARGV[2] result_ttl_ms  how long the cancelled record is kept; 0 keeps it until it would run
+ARGV[2] result_ttl_ms  how long a cancelled scheduled record is kept (0: deleted). A
+                       queued one keeps its record until take skips its ready entry.
 
 Returns {code, state}: code 1 cancelled; 0 not cancellable (state says why: active,
 complete, ...); -1 no such job.
@@ -19,8 +20,14 @@ if state ~= 'queued' and state ~= 'scheduled' then return {0, state} end
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-redis.call('ZREM', schedule, id)
 redis.call('HSET', job, 's', 'cancelled', 'ft', now,
   'e', cjson.encode({type = 'JobCancelled', message = 'cancelled before it ran', traceback = ''}))
-if result_ttl_ms > 0 then redis.call('PEXPIRE', job, result_ttl_ms) end
+if state == 'scheduled' then -- no entry left anywhere: the record may expire now
+  redis.call('ZREM', schedule, id)
+  if result_ttl_ms > 0 then
+    redis.call('PEXPIRE', job, result_ttl_ms)
+  else
+    redis.call('DEL', job)
+  end
+end
 return {1, 'cancelled'}

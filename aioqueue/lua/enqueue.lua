@@ -6,6 +6,7 @@ KEYS[2] ready          LIST  ready list of the job's priority
 KEYS[3] notify         LIST  one token per ready job; wakes workers blocked in BLPOP
 KEYS[4] schedule       ZSET  job id -> due time (ms)
 KEYS[5] schedule_wake  LIST  at most one token; wakes a poller when the schedule's head moves earlier
+KEYS[6] dead           ZSET  job id -> time buried; a dead job replaced by this one leaves it
 ARGV[1] id             job id
 ARGV[2] payload        JSON bytes
 ARGV[3] priority       0..9
@@ -17,6 +18,7 @@ Returns {created, state}: created is 1 when the job was written, 0 when an unfin
 with this id exists (state is then that job's state).
 ]]
 local job, ready, notify, schedule, schedule_wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local dead = KEYS[6]
 local id, payload = ARGV[1], ARGV[2]
 local priority, max_attempts = tonumber(ARGV[3]), tonumber(ARGV[4])
 local delay_ms, due_ms = tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -27,6 +29,7 @@ if existing == 'queued' or existing == 'scheduled' or existing == 'active' then
 end
 if existing then
   redis.call('DEL', job) -- a finished job with this id: start afresh, without its TTL
+  if existing == 'dead' then redis.call('ZREM', dead, id) end
 end
 
 local time = redis.call('TIME')

@@ -1,17 +1,20 @@
 --[[ promote: move due jobs from the schedule to their ready lists, in due order.
 Any number of pollers may call this at once: each due job is promoted exactly once,
 because the whole step is atomic. Entries whose record is no longer scheduled (cancelled)
-are only removed from the schedule.
+are only removed from the schedule; entries with no job record, or one that is not a
+hash (a third party wrote them), are buried with their raw bytes as "poison-<n>".
 
 KEYS[1]      schedule    ZSET  job id -> due time (ms)
 KEYS[2]      notify      LIST  one token per promoted job; wakes workers blocked in BLPOP
 KEYS[3]      job_prefix        prefix of job records; carries the queue's hash tag
-KEYS[4..13]  ready       LIST  ready lists of priorities 0..9
+KEYS[4]      dead        ZSET  job id -> time buried (ms)
+KEYS[5]      seq         STRING counter for minted ids
+KEYS[6..15]  ready       LIST  ready lists of priorities 0..9
 ARGV[1] limit     max jobs per call (bounds run time and unpack())
 
 Returns {promoted, next_due_ms, now_ms}; next_due_ms is -1 when the schedule is empty.
 ]]
-local schedule, notify, job_prefix = KEYS[1], KEYS[2], KEYS[3]
+local schedule, notify, job_prefix, dead, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local limit = tonumber(ARGV[1])
 
 local time = redis.call('TIME')
@@ -24,10 +27,16 @@ if #due > 0 then
   for i = 1, #due do
     local key = job_prefix .. due[i]
     local record = redis.pcall('HMGET', key, 's', 'pr')
-    if not record.err and record[1] == 'scheduled' then
+    if record.err or not record[1] then
+      local id = 'poison-' .. redis.call('INCR', seq)
+      local reason = record.err and 'job record is not a hash' or 'schedule entry has no job record'
+      redis.call('HSET', job_prefix .. id, 's', 'dead', 'raw', due[i], 'n', 0, 'et', now,
+        'ft', now, 'e', cjson.encode({type = 'PoisonEntry', message = reason, traceback = ''}))
+      redis.call('ZADD', dead, now, id)
+    elseif record[1] == 'scheduled' then
       local priority = math.max(0, math.min(9, tonumber(record[2] or 0) or 0))
       redis.call('HSET', key, 's', 'queued')
-      redis.call('RPUSH', KEYS[4 + priority], due[i])
+      redis.call('RPUSH', KEYS[6 + priority], due[i])
       promoted = promoted + 1
     end
   end

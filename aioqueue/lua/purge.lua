@@ -1,4 +1,5 @@
---[[ purge: delete dead jobs and their records.
+--[[ purge: delete dead jobs and their records. An id in the dead set whose record is no
+longer dead (it was enqueued again) only leaves the set; the live record stays.
 
 KEYS[1] dead        ZSET  job id -> time buried (ms)
 KEYS[2] job_prefix        prefix of job records; carries the queue's hash tag
@@ -20,7 +21,8 @@ end
 local purged = 0
 for i = 1, #ids do
   if redis.call('ZREM', dead, ids[i]) == 1 then
-    redis.call('DEL', job_prefix .. ids[i])
+    local key = job_prefix .. ids[i]
+    if redis.pcall('HGET', key, 's') == 'dead' then redis.call('DEL', key) end
     purged = purged + 1
   end
 end

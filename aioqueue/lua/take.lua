@@ -8,7 +8,8 @@ order. Strict priority is levels 9..0 with quotas of `limit`; a weighted plan (l
 a weighted-random order, quotas by weight) keeps low levels from starving.
 
 Entries that are not a queued job are handled here, never dropped silently:
-a cancelled job's stale entry is skipped (its record already says cancelled); an entry
+a cancelled job's stale entry is skipped (its record already says cancelled, and from now
+on expires like any finished record); an entry
 with no job record, or whose record is not a hash, is buried in the dead set with its
 raw bytes kept, under a minted id "poison-<n>".
 
@@ -23,13 +24,15 @@ ARGV[2] lease_ms  lease length
 ARGV[3] limit     max jobs to take (bounds run time)
 ARGV[4] woken     1 if the caller's BLPOP just consumed a notify token, else 0: the tokens
                   trimmed are one per entry popped, minus the one already consumed
-ARGV[5..] pairs   priority (0..9), quota: the plan
+ARGV[5] result_ttl_ms  how long a skipped cancelled record is kept; 0 deletes it
+ARGV[6..] pairs   priority (0..9), quota: the plan. Unless it lists all ten levels, the
+                  notify tokens of the levels left out are kept.
 
 Returns {now_ms, id_1, payload_1, attempts_1, max_attempts_1, id_2, ...}.
 ]]
 local active, notify, dead, seq, job_prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local lease, lease_ms, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local woken = tonumber(ARGV[4])
+local woken, result_ttl_ms = tonumber(ARGV[4]), tonumber(ARGV[5])
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -63,8 +66,14 @@ local function take_one(id)
     taken = taken + 1
   elseif not state then
     bury_foreign(id, 'ready entry has no job record')
+  elseif state == 'cancelled' then -- its last ready entry: the record may expire now
+    if result_ttl_ms > 0 then
+      redis.call('PEXPIRE', key, result_ttl_ms)
+    else
+      redis.call('DEL', key)
+    end
   end
-  -- any other state (cancelled, or a duplicate entry of a running job): already recorded
+  -- any other state (a duplicate entry of a queued or running job): already recorded
 end
 
 local function drain(priority, want)
@@ -78,16 +87,17 @@ local function drain(priority, want)
 end
 
 local partial = false -- any quota below the limit: a second pass may find more
-for i = 5, #ARGV, 2 do
+for i = 6, #ARGV, 2 do
   local quota = tonumber(ARGV[i + 1])
   if quota < limit then partial = true end
   drain(tonumber(ARGV[i]), quota)
 end
 if partial then
-  for i = 5, #ARGV, 2 do drain(tonumber(ARGV[i]), limit) end
+  for i = 6, #ARGV, 2 do drain(tonumber(ARGV[i]), limit) end
 end
 
-if taken < limit then
+local every_level = (#ARGV - 5) / 2 >= 10
+if taken < limit and every_level then
   redis.call('DEL', notify) -- every ready list is empty now
 elseif popped > woken then
   redis.call('LTRIM', notify, popped - woken, -1)

@@ -16,7 +16,7 @@ from .backoff import Backoff, Exponential
 from .errors import ConfigError, ServerUnavailable
 from .priorities import DEFAULT_PRIORITY, resolve_priority
 from .queue import Queue
-from .settings import ENV_REDIS_URL, AppSettings, redis_url_from_env
+from .settings import ENV_REDIS_URL, AppSettings, prefix_from_env, redis_url_from_env
 from .task import Task, TaskOptions
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ class App:
         self,
         *,
         redis_url: str | None = None,
-        prefix: str = "aioqueue",
+        prefix: str | None = None,
         default_queue: str = "default",
         max_payload_bytes: int = 1024 * 1024,
         result_ttl: float = 24 * 3600.0,
@@ -55,7 +55,7 @@ class App:
     ) -> None:
         self.settings = AppSettings(
             redis_url=redis_url,
-            prefix=prefix,
+            prefix=prefix or prefix_from_env(),
             default_queue=default_queue,
             max_payload_bytes=max_payload_bytes,
             result_ttl=result_ttl,
@@ -164,10 +164,11 @@ class App:
         """The URL in force: set_redis_url(), else the constructor's, else the environment."""
         return self._url_override or self.settings.redis_url or redis_url_from_env()
 
-    def set_redis_url(self, url: str) -> None:
-        """Point the app at a server chosen at run time (the CLI's embedded server)."""
+    def set_redis_url(self, url: str | None) -> None:
+        """Point the app at a server chosen at run time (the CLI's embedded server);
+        None goes back to the constructor's URL or the environment."""
         if self._client is not None:
-            raise ConfigError("set_redis_url() must be called before the app connects")
+            raise ConfigError("set_redis_url() must be called while the app is not connected")
         self._url_override = url
 
     async def client(self) -> Redis:
@@ -193,6 +194,7 @@ class App:
             retry=RedisRetry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), _RETRIES),
             retry_on_error=[RedisConnectionError, RedisTimeoutError],
             decode_responses=False,  # job bytes need not be UTF-8; never destroy them
+            **_no_maintenance_handshake(),
         )
         return Redis.from_pool(pool)  # the client owns the pool and closes it
 
@@ -213,6 +215,16 @@ class App:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+def _no_maintenance_handshake() -> dict[str, Any]:
+    """redis-py 8 sends CLIENT MAINT_NOTIFICATIONS on every new connection (Redis Enterprise
+    only; Redis 7 rejects it): one wasted round trip per connection. Older versions lack it."""
+    try:
+        from redis.maint_notifications import MaintNotificationsConfig
+    except ImportError:
+        return {}
+    return {"maint_notifications_config": MaintNotificationsConfig(enabled=False)}
 
 
 class _TaskDecorator:

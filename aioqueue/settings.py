@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 ENV_REDIS_URL = "AIOQUEUE_REDIS_URL"
+ENV_PREFIX = "AIOQUEUE_PREFIX"
+DEFAULT_PREFIX = "aioqueue"
 
 
 def redis_url_from_env() -> str | None:
@@ -21,12 +23,17 @@ def redis_url_from_env() -> str | None:
     return os.environ.get(ENV_REDIS_URL) or None
 
 
+def prefix_from_env() -> str:
+    """The key prefix from ``AIOQUEUE_PREFIX``, else "aioqueue"."""
+    return os.environ.get(ENV_PREFIX) or DEFAULT_PREFIX
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AppSettings:
     """How an App talks to Redis and what it stores. Seconds at the API, ms in Redis."""
 
     redis_url: str | None = None
-    prefix: str = "aioqueue"
+    prefix: str = DEFAULT_PREFIX
     default_queue: str = "default"
     max_payload_bytes: int = 1024 * 1024
     result_ttl: float = 24 * 3600.0

@@ -14,6 +14,7 @@ from .priorities import DEFAULT_PRIORITY, resolve_priority
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from .job import Job
     from .queue import EnqueueCall, Queue
 
 P = ParamSpec("P")
@@ -71,8 +72,13 @@ class Task(Generic[P, R]):
     def __repr__(self) -> str:
         return f"Task({self.name!r}, queue={self.options.queue!r})"
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[R] | R:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
+        """Call the handler in-process (an async handler returns its coroutine)."""
         return self.fn(*args, **kwargs)
+
+    def job(self, job_id: str) -> Job[R]:
+        """A handle on an existing job of this task's queue, by id."""
+        return self._queue_for(self.options.queue).job(job_id)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueCall[R]:
         """Queue one run of this task on its queue; await the result for a Job handle."""

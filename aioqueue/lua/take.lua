@@ -33,6 +33,7 @@ Returns {now_ms, id_1, payload_1, attempts_1, max_attempts_1, id_2, ...}.
 local active, notify, dead, seq, job_prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local lease, lease_ms, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local woken, result_ttl_ms = tonumber(ARGV[4]), tonumber(ARGV[5])
+if #ARGV < 7 then return redis.error_reply('take: no priority plan given (ARGV[6..])') end
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)

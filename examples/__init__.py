@@ -1,0 +1,1 @@
+"""Runnable aioqueue examples: ``python -m examples.quickstart``, ``python -m examples.webapp``."""

@@ -1,0 +1,246 @@
+"""lua/ack.lua through ``scripts.ack``: every outcome, lost leases, idempotence, result TTL.
+
+fakeredis[lua] is faithful for what this script uses (TIME, HMGET, HINCRBY, PEXPIRE, PTTL,
+ZADD, LPUSH/RPUSH), so every test runs on both fakeredis and the real server. Leases are
+expired by rewriting their deadline, never by waiting.
+"""
+
+from __future__ import annotations
+
+import pytest
+from redis.asyncio import Redis
+
+from aioqueue import scripts
+from aioqueue.keys import QueueKeys
+from tests.script_helpers import lease, put, redis_now_ms, settle
+
+TTL = 60_000
+
+
+async def test_complete_stores_the_result_with_a_ttl(db: Redis, keys: QueueKeys) -> None:
+    job = await lease(db, keys, "a")
+    before = await redis_now_ms(db)
+
+    assert await scripts.ack(db, keys, [settle(job, "complete", b"42")], result_ttl_ms=TTL) == [
+        True
+    ]
+
+    record = await db.hgetall(keys.job("a"))
+    assert record[b"s"] == b"complete"
+    assert record[b"r"] == b"42"
+    assert int(record[b"ft"]) >= before
+    assert 0 < await db.pttl(keys.job("a")) <= TTL
+    assert await db.zscore(keys.active, "a") is None
+
+
+@pytest.mark.parametrize(
+    ("outcome", "state", "field"),
+    [("fail", "failed", b"e"), ("abort", "cancelled", b"e")],
+)
+async def test_fail_and_abort_finish_with_the_error(
+    db: Redis, keys: QueueKeys, outcome: scripts.Outcome, state: str, field: bytes
+) -> None:
+    job = await lease(db, keys, "a")
+    error = b'{"type":"ValueError","message":"no","traceback":""}'
+
+    assert await scripts.ack(db, keys, [settle(job, outcome, error)], result_ttl_ms=TTL) == [True]
+
+    record = await db.hgetall(keys.job("a"))
+    assert record[b"s"] == state.encode()
+    assert record[field] == error
+    assert b"ft" in record
+    assert 0 < await db.pttl(keys.job("a")) <= TTL
+    assert await db.zcard(keys.dead) == 0
+    assert await db.zcard(keys.active) == 0
+
+
+@pytest.mark.parametrize("outcome", ["complete", "fail", "abort"])
+async def test_result_ttl_zero_deletes_the_record(
+    db: Redis, keys: QueueKeys, outcome: scripts.Outcome
+) -> None:
+    job = await lease(db, keys, "a")
+
+    assert await scripts.ack(db, keys, [settle(job, outcome, b"1")], result_ttl_ms=0) == [True]
+
+    assert await db.exists(keys.job("a")) == 0
+    assert await db.zcard(keys.active) == 0
+
+
+async def test_retry_without_delay_goes_to_the_back_of_ready(db: Redis, keys: QueueKeys) -> None:
+    await put(db, keys, "a", priority=6)
+    await put(db, keys, "b", priority=6)
+    job = await lease(db, keys, "a")
+    tokens = await db.llen(keys.notify)
+
+    assert await scripts.ack(db, keys, [settle(job, "retry", b'"E"')], result_ttl_ms=TTL) == [True]
+
+    assert await db.lrange(keys.ready(6), 0, -1) == [b"b", b"a"]
+    assert await db.llen(keys.notify) == tokens + 1
+    record = await db.hgetall(keys.job("a"))
+    assert record[b"s"] == b"queued"
+    assert record[b"e"] == b'"E"'
+    assert record[b"n"] == b"1", "the attempt was counted at take time"
+    assert await db.pttl(keys.job("a")) == -1
+    assert await db.zcard(keys.active) == 0
+    # the next attempt is number 2
+    await db.lpop(keys.ready(6))
+    assert (await lease(db, keys, "a")).attempts == 2
+
+
+async def test_retry_with_delay_schedules_and_wakes(db: Redis, keys: QueueKeys) -> None:
+    job = await lease(db, keys, "a", priority=2)
+    before = await redis_now_ms(db)
+
+    acked = await scripts.ack(
+        db, keys, [settle(job, "retry", b'"E"', delay_ms=5_000)], result_ttl_ms=TTL
+    )
+    after = await redis_now_ms(db)
+
+    assert acked == [True]
+    due = await db.zscore(keys.schedule, "a")
+    assert due is not None
+    assert before + 5_000 <= due <= after + 5_000
+    assert await db.lrange(keys.schedule_wake, 0, -1) == [str(int(due)).encode()]
+    assert await db.hget(keys.job("a"), "s") == b"scheduled"
+    assert await db.hget(keys.job("a"), "e") == b'"E"'
+    assert await db.llen(keys.ready(2)) == 0
+    assert await db.zcard(keys.active) == 0
+
+
+async def test_retry_behind_an_earlier_due_job_does_not_wake(db: Redis, keys: QueueKeys) -> None:
+    await scripts.enqueue(
+        db,
+        keys,
+        job_id="early",
+        payload=b"{}",
+        priority=0,
+        max_attempts=0,
+        delay_ms=1_000,
+        due_ms=0,
+    )
+    await db.delete(keys.schedule_wake)  # a poller took that token
+    job = await lease(db, keys, "a")
+
+    acked = await scripts.ack(
+        db, keys, [settle(job, "retry", b"", delay_ms=60_000)], result_ttl_ms=TTL
+    )
+
+    assert acked == [True]
+    assert await db.zrange(keys.schedule, 0, -1) == [b"early", b"a"]
+    assert await db.exists(keys.schedule_wake) == 0
+
+
+async def test_bury_moves_to_dead_without_a_ttl(db: Redis, keys: QueueKeys) -> None:
+    job = await lease(db, keys, "a")
+
+    assert await scripts.ack(db, keys, [settle(job, "bury", b'"E"')], result_ttl_ms=TTL) == [True]
+
+    record = await db.hgetall(keys.job("a"))
+    assert record[b"s"] == b"dead"
+    assert record[b"e"] == b'"E"'
+    assert await db.zscore(keys.dead, "a") == int(record[b"ft"])
+    assert await db.pttl(keys.job("a")) == -1
+    assert await db.zcard(keys.active) == 0
+
+
+async def test_release_returns_to_the_front_uncounted(db: Redis, keys: QueueKeys) -> None:
+    await put(db, keys, "a", priority=1)
+    await put(db, keys, "b", priority=1)
+    job = await lease(db, keys, "a")
+    tokens = await db.llen(keys.notify)
+
+    assert await scripts.ack(db, keys, [settle(job, "release")], result_ttl_ms=TTL) == [True]
+
+    assert await db.lrange(keys.ready(1), 0, -1) == [b"a", b"b"]
+    assert await db.llen(keys.notify) == tokens + 1
+    assert await db.hget(keys.job("a"), "s") == b"queued"
+    assert await db.hget(keys.job("a"), "n") == b"0"
+    assert await db.zcard(keys.active) == 0
+    assert (await lease(db, keys, "a")).attempts == 1
+
+
+async def test_a_wrong_lease_token_is_not_settled(db: Redis, keys: QueueKeys) -> None:
+    job = await lease(db, keys, "a")
+    deadline = await db.zscore(keys.active, "a")
+    forged = scripts.Settlement(job.id, "w:someone-else", "complete", b"1")
+
+    assert await scripts.ack(db, keys, [forged], result_ttl_ms=TTL) == [False]
+
+    assert await db.hget(keys.job("a"), "s") == b"active"
+    assert await db.hget(keys.job("a"), "w") == job.lease.encode()
+    assert await db.zscore(keys.active, "a") == deadline
+
+
+async def test_an_ack_after_reclaim_is_not_settled(db: Redis, keys: QueueKeys) -> None:
+    job = await lease(db, keys, "a", max_attempts=3)
+    await db.zadd(keys.active, {"a": 0}, xx=True)  # the lease expired
+    reclaimed = await scripts.reclaim(db, keys, limit=10, default_max_attempts=3)
+    assert reclaimed == scripts.Reclaimed(requeued=1, buried=0)
+
+    assert await scripts.ack(db, keys, [settle(job, "complete", b"1")], result_ttl_ms=TTL) == [
+        False
+    ]
+
+    assert await db.hget(keys.job("a"), "s") == b"queued"
+    assert await db.lrange(keys.ready(0), 0, -1) == [b"a"]
+
+
+async def test_an_old_lease_cannot_settle_the_next_attempt(db: Redis, keys: QueueKeys) -> None:
+    first = await lease(db, keys, "a")
+    await scripts.ack(db, keys, [settle(first, "retry", b"")], result_ttl_ms=TTL)
+    second = await lease(db, keys, "a")
+
+    assert await scripts.ack(db, keys, [settle(first, "complete", b"1")], result_ttl_ms=TTL) == [
+        False
+    ]
+    assert await db.hget(keys.job("a"), "s") == b"active"
+    assert await db.hget(keys.job("a"), "w") == second.lease.encode()
+
+
+@pytest.mark.parametrize("outcome", ["complete", "retry", "bury", "fail", "abort", "release"])
+async def test_repeating_an_ack_is_harmless(
+    db: Redis, keys: QueueKeys, outcome: scripts.Outcome
+) -> None:
+    job = await lease(db, keys, "a")
+    first = await scripts.ack(db, keys, [settle(job, outcome, b"1")], result_ttl_ms=TTL)
+    record = await db.hgetall(keys.job("a"))
+    lists = [await db.lrange(key, 0, -1) for key in (*keys.ready_lists(), keys.notify)]
+    sets = [await db.zrange(key, 0, -1) for key in (keys.schedule, keys.dead, keys.active)]
+
+    again = await scripts.ack(db, keys, [settle(job, outcome, b"2")], result_ttl_ms=TTL)
+
+    assert first == again == [True]
+    assert await db.hgetall(keys.job("a")) == record
+    assert [await db.lrange(key, 0, -1) for key in (*keys.ready_lists(), keys.notify)] == lists
+    assert [await db.zrange(key, 0, -1) for key in (keys.schedule, keys.dead, keys.active)] == sets
+
+
+async def test_repeating_an_ack_is_harmless_when_results_are_not_kept(
+    db: Redis, keys: QueueKeys
+) -> None:
+    job = await lease(db, keys, "a")
+    assert await scripts.ack(db, keys, [settle(job, "complete", b"1")], result_ttl_ms=0) == [True]
+
+    assert await scripts.ack(db, keys, [settle(job, "complete", b"1")], result_ttl_ms=0) == [True]
+
+
+async def test_a_batch_reports_each_job_in_order(db: Redis, keys: QueueKeys) -> None:
+    a = await lease(db, keys, "a")
+    b = await lease(db, keys, "b")
+    c = await lease(db, keys, "c")
+    batch = [
+        settle(a, "complete", b"1"),
+        scripts.Settlement(b.id, "w:stale", "complete", b"2"),
+        settle(c, "bury", b'"E"'),
+    ]
+
+    assert await scripts.ack(db, keys, batch, result_ttl_ms=TTL) == [True, False, True]
+
+    assert await db.hget(keys.job("a"), "s") == b"complete"
+    assert await db.hget(keys.job("b"), "s") == b"active"
+    assert await db.hget(keys.job("c"), "s") == b"dead"
+    assert await db.zrange(keys.active, 0, -1) == [b"b"]
+
+
+async def test_an_empty_batch_is_a_no_op(db: Redis, keys: QueueKeys) -> None:
+    assert await scripts.ack(db, keys, [], result_ttl_ms=TTL) == []

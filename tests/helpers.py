@@ -1,0 +1,28 @@
+"""Test helpers: wait on conditions against a deadline, and run a worker until idle."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aioqueue
+
+
+async def wait_until(
+    predicate: Callable[[], Awaitable[bool]], timeout: float = 5.0, *, interval: float = 0.01
+) -> None:
+    """Poll until ``predicate`` holds; fail at the deadline (instead of sleep-and-hope)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(interval)
+
+
+async def run_until_idle(app: aioqueue.App, **options: Any) -> aioqueue.Worker:
+    """Run a burst worker until nothing is ready, running or due; return it for its stats."""
+    worker = app.worker(burst=True, **options)
+    await asyncio.wait_for(worker.run_until_idle(), timeout=30)
+    return worker

@@ -16,7 +16,7 @@ import os
 import signal
 import subprocess
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .app import App
 from .embedded import EmbeddedServer
@@ -24,7 +24,7 @@ from .errors import AioqueueError, ConfigError
 from .settings import ENV_REDIS_URL
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Coroutine, Iterator, Sequence
 
     from .job import JobInfo
     from .worker import Worker
@@ -114,7 +114,7 @@ def run_worker(app: App, args: argparse.Namespace) -> int:
             queues=args.queues, concurrency=args.concurrency, lease=args.lease,
             grace=args.grace, burst=args.burst,
         )  # fmt: skip
-        asyncio.run(_serve(app, worker))
+        _run_leaving_abandoned_tasks(_serve(app, worker))
     return 0
 
 
@@ -123,6 +123,17 @@ async def _serve(app: App, worker: Worker) -> None:
         await worker.run(handle_signals=True)
     finally:
         await app.close()
+
+
+def _run_leaving_abandoned_tasks(main: Coroutine[Any, Any, None]) -> None:
+    """Like asyncio.run, except that it does not wait for tasks left running at the end:
+    a handler that ignores cancellation must not keep the process from exiting."""
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(main)
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        loop.close()
 
 
 @contextlib.contextmanager

@@ -161,6 +161,7 @@ class QueueConsumer:
         self.running = 0
         self._activity = asyncio.Event()
         self._take_calls = 0
+        self._settled_batches = 0
         self._plan = planner(settings.priority_mode, settings.priority_weights)
 
     def interrupt(self) -> None:
@@ -174,6 +175,7 @@ class QueueConsumer:
         self.acks.add(settlement)
 
     def _settled(self, batch: Sequence[Settlement], settled: Sequence[bool]) -> None:
+        self._settled_batches += 1
         for settlement, ok in zip(batch, settled, strict=True):
             self.held.pop(settlement.id, None)
             if not ok:
@@ -192,6 +194,7 @@ class QueueConsumer:
             await self._slots.wait_free()
             if self._stopping.is_set():
                 break
+            settled_before = self._settled_batches
             taken = await self._take(woken)
             if taken is None:  # Redis error: pause, then try again
                 await wait_event(self._stopping, RETRY_PAUSE)
@@ -200,7 +203,7 @@ class QueueConsumer:
                 woken = False
                 continue
             if self.settings.burst:
-                if await self._drained():
+                if await self._drained(settled_before):
                     return
                 continue
             woken = await self._wait_for_work()
@@ -244,8 +247,14 @@ class QueueConsumer:
             return False
         return popped is not None and popped[0] == self.keys.notify.encode()
 
-    async def _drained(self) -> bool:
-        """Burst mode: True once nothing is ready, running, unacked, or due."""
+    async def _drained(self, settled_before: int) -> bool:
+        """Burst mode: True once nothing is ready, running, unacked, or due.
+
+        An ack that landed while the empty take was in flight may have put a job back in
+        ready (a retry without delay, a release): then take once more before deciding.
+        """
+        if self._settled_batches != settled_before:
+            return False
         if self.running or not self.acks.idle:
             self._activity.clear()
             await self._activity.wait()

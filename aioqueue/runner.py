@@ -13,6 +13,7 @@ import inspect
 import logging
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio.to_thread
@@ -40,8 +41,30 @@ class _Escaped(Exception):
         self.original = original
 
 
-async def run_job(taken: Taken, find_task: TaskLookup) -> Settlement:
+@dataclass(slots=True, eq=False)
+class RunningJob:
+    """One job in flight, as the worker and its watchdog see it."""
+
+    taken: Taken
+    task: Task[..., Any] | None = None
+    timeout: float | None = None
+    deadline: float | None = None  # event-loop time after which the watchdog steps in
+    recancelled: bool = False  # the watchdog cancelled it again after its timeout
+    abandoned: bool = False  # the watchdog settled it: the handler ignored its cancellation
+
+    def overdue_settlement(self) -> Settlement:
+        """How a job whose handler would not stop at its timeout is settled."""
+        assert self.task is not None
+        error = HandlerTimeout(
+            f"{self.task.name} ignored the cancellation at its {self.timeout}s timeout; "
+            "abandoned (it may still be running in this process)"
+        )
+        return _failed(self.taken, self.task, error)
+
+
+async def run_job(job: RunningJob, find_task: TaskLookup) -> Settlement:
     """Run one taken job to its Settlement. Cancellation propagates to the caller."""
+    taken = job.taken
     try:
         payload = Payload.decode(taken.payload)
     except PayloadError as exc:
@@ -54,6 +77,9 @@ async def run_job(taken: Taken, find_task: TaskLookup) -> Settlement:
     except TypeError as exc:  # retrying cannot help: the same arguments come back
         return _bury(taken, "TypeError", f"wrong arguments for {task.name}: {exc}")
     timeout = payload.timeout or task.options.timeout
+    job.task, job.timeout = task, timeout
+    if timeout is not None:
+        job.deadline = asyncio.get_running_loop().time() + timeout
     try:
         result = await _call(task, payload, timeout)
         data = encode_result(result)

@@ -23,10 +23,11 @@ from redis.exceptions import RedisError
 
 from .consumer import QueueConsumer, Slots
 from .leases import LeaseKeeper
-from .runner import run_job
+from .runner import RunningJob, run_job
 from .scheduler import Promoter
 from .scripts import Settlement, Taken
 from .settings import WorkerSettings
+from .watchdog import Watchdog
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -84,7 +85,9 @@ class Worker:
         self.outcomes: Counter[str] = Counter()  # settlements by outcome, for logs and tests
         self._consumers: list[QueueConsumer] = []
         self._promoters: list[Promoter] = []
-        self._jobs: set[asyncio.Task[None]] = set()
+        self._running: dict[asyncio.Task[None], RunningJob] = {}
+        self._consumer_of: dict[asyncio.Task[None], QueueConsumer] = {}
+        self._abandoned: set[asyncio.Task[None]] = set()
         self._fetchers: list[asyncio.Task[None]] = []
         self._loops: list[asyncio.Task[None]] = []
         self._background: list[asyncio.Task[None]] = []
@@ -101,7 +104,7 @@ class Worker:
     @property
     def running(self) -> int:
         """How many jobs are running now."""
-        return len(self._jobs)
+        return len(self._running)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -149,6 +152,7 @@ class Worker:
             *(self._spawn(p.listen_loop()) for p in self._promoters),
             self._spawn(keeper.renew_loop()),
             self._spawn(keeper.reclaim_loop()),
+            self._spawn(Watchdog(self._running, self._abandon, self._closed).run()),
         ]
         if settings.burst:
             self._spawn(self._stop_when_drained())
@@ -189,7 +193,7 @@ class Worker:
         if self._stop_requested.is_set():
             logger.warning("second %s: cancelling running jobs now", sig.name)
             self._force = True
-            for job in list(self._jobs):
+            for job in list(self._running):
                 job.cancel()
             return
         logger.info("%s: stopping (grace %.1fs)", sig.name, self.settings.grace)
@@ -231,15 +235,19 @@ class Worker:
             logger.warning("could not wake blocked waits: %r", exc)
 
     async def _finish_running_jobs(self) -> None:
-        if self._jobs and not self._force:
-            await asyncio.wait(self._jobs, timeout=self.settings.grace)
-        if self._jobs:
+        if self._running and not self._force:
+            await asyncio.wait(set(self._running), timeout=self.settings.grace)
+        if self._running:
             logger.warning(
                 "cancelling %d job(s) still running; they go back to ready", self.running
             )
-            for job in self._jobs:
-                job.cancel()
-            await asyncio.wait(self._jobs, timeout=max(1.0, self.settings.grace))
+            for task in self._running:
+                task.cancel()
+            await asyncio.wait(set(self._running), timeout=max(1.0, self.settings.grace))
+        for task, job in list(self._running.items()):  # ignored cancellation: put back, leave
+            self._abandon(task, Settlement(job.taken.id, job.taken.lease, "release"))
+        for task in self._abandoned:
+            task.cancel()
 
     async def _stop_when_drained(self) -> None:
         await asyncio.gather(*self._fetchers, return_exceptions=True)
@@ -260,20 +268,42 @@ class Worker:
     # -- jobs ----------------------------------------------------------------------------
 
     def _start_job(self, consumer: QueueConsumer, taken: Taken) -> None:
-        job = asyncio.get_running_loop().create_task(self._execute(consumer, taken))
-        self._jobs.add(job)
-        job.add_done_callback(self._jobs.discard)
+        job = RunningJob(taken)
+        task = asyncio.get_running_loop().create_task(self._execute(consumer, job))
+        self._running[task] = job
+        self._consumer_of[task] = consumer
+        task.add_done_callback(self._forget)
 
-    async def _execute(self, consumer: QueueConsumer, taken: Taken) -> None:
+    async def _execute(self, consumer: QueueConsumer, job: RunningJob) -> None:
+        taken = job.taken
         try:
-            settlement = await run_job(taken, self.app.find_task)
-        except asyncio.CancelledError:  # shutdown: back to ready, attempt not counted
-            settlement = Settlement(taken.id, taken.lease, "release")
+            settlement = await run_job(job, self.app.find_task)
+        except asyncio.CancelledError:
+            if job.recancelled:  # the watchdog's second cancellation after the timeout
+                settlement = job.overdue_settlement()
+            else:  # shutdown: back to ready, attempt not counted
+                settlement = Settlement(taken.id, taken.lease, "release")
         except Exception:  # a bug in aioqueue itself: keep the job, keep the worker
             logger.exception("job %s: internal error; releasing it", taken.job_id)
             settlement = Settlement(taken.id, taken.lease, "release")
+        if not job.abandoned:
+            self._settle(consumer, settlement)
+
+    def _settle(self, consumer: QueueConsumer, settlement: Settlement) -> None:
         self.outcomes[settlement.outcome] += 1
         consumer.finished(settlement)
+
+    def _abandon(self, task: asyncio.Task[None], settlement: Settlement | None = None) -> None:
+        """Settle a job whose handler will not stop; the handler is left to itself."""
+        job = self._running.pop(task)
+        job.abandoned = True
+        self._abandoned.add(task)
+        self._settle(self._consumer_of.pop(task), settlement or job.overdue_settlement())
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        self._running.pop(task, None)
+        self._consumer_of.pop(task, None)
+        self._abandoned.discard(task)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)

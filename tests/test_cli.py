@@ -39,7 +39,9 @@ async def producer(redis_url: str, prefix: str) -> aioqueue.App:
     return aioqueue.App(redis_url=redis_url, prefix=prefix)
 
 
-async def test_burst_worker_runs_queued_jobs(cli_env: dict[str, str], producer: aioqueue.App):
+async def test_burst_worker_runs_queued_jobs(
+    cli_env: dict[str, str], producer: aioqueue.App
+) -> None:
     queue = producer.queue()
     jobs = [await queue.enqueue("shout", word) for word in ("a", "b", "c")]
     code, _, err = await run_cli(["worker", TARGET, "--burst", "-c", "5"], env=cli_env)
@@ -48,7 +50,9 @@ async def test_burst_worker_runs_queued_jobs(cli_env: dict[str, str], producer: 
     await producer.close()
 
 
-async def test_two_processes_share_the_work(cli_env: dict[str, str], producer: aioqueue.App):
+async def test_two_processes_share_the_work(
+    cli_env: dict[str, str], producer: aioqueue.App
+) -> None:
     queue = producer.queue()
     jobs = [await queue.enqueue("shout", f"w{i}") for i in range(40)]
     code, _, err = await run_cli(["worker", TARGET, "--burst", "-p", "2"], env=cli_env)
@@ -65,7 +69,7 @@ async def test_without_a_url_it_starts_an_embedded_server(prefix: str) -> None:
     assert "started an embedded server" in err
 
 
-async def test_sigterm_stops_the_worker_gracefully(cli_env: dict[str, str], redis_url: str):
+async def test_sigterm_stops_the_worker_gracefully(cli_env: dict[str, str], redis_url: str) -> None:
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "aioqueue", "worker", TARGET,
         env=cli_env, stderr=asyncio.subprocess.PIPE,
@@ -79,7 +83,7 @@ async def test_sigterm_stops_the_worker_gracefully(cli_env: dict[str, str], redi
     assert b"stopped" in rest
 
 
-async def test_dead_commands(cli_env: dict[str, str], producer: aioqueue.App):
+async def test_dead_commands(cli_env: dict[str, str], producer: aioqueue.App) -> None:
     job = await producer.queue().enqueue("shout", "boom")
     code, _, err = await run_cli(["worker", TARGET, "--burst"], env=cli_env)
     assert code == 0, err
@@ -113,7 +117,9 @@ async def _is_dead(job: aioqueue.Job[object]) -> bool:
         ("tests.cli_app", "expected module:app"),
     ],
 )
-async def test_bad_target_is_a_clear_error(cli_env: dict[str, str], target: str, message: str):
+async def test_bad_target_is_a_clear_error(
+    cli_env: dict[str, str], target: str, message: str
+) -> None:
     code, _, err = await run_cli(["worker", target, "--burst"], env=cli_env)
     assert code == 2
     assert message in err

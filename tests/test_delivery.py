@@ -92,4 +92,4 @@ async def _reclaim_once(app: aioqueue.App) -> bool:
 
 
 async def _has_items(redis: Redis, key: str) -> bool:
-    return int(await redis.llen(key)) > 0  # type: ignore[misc]
+    return int(await redis.llen(key)) > 0

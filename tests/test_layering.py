@@ -50,6 +50,7 @@ LAYERS: dict[str, int] = {
     "leases": RUNTIME,
     "scheduler": RUNTIME,
     "worker": RUNTIME,
+    "watchdog": RUNTIME,
     # edges
     "app": EDGE,
     "cli": EDGE,

@@ -13,7 +13,7 @@ def test_names_and_bounds() -> None:
     assert [resolve_priority(p) for p in ("low", "normal", "high", 0, 9)] == [0, 5, 9, 0, 9]
     for bad in (-1, 10, "urgent", True):
         with pytest.raises(aioqueue.ConfigError):
-            resolve_priority(bad)  # type: ignore[arg-type]
+            resolve_priority(bad)
 
 
 def test_strict_plan_visits_levels_high_to_low_with_full_quotas() -> None:
@@ -30,7 +30,7 @@ def test_weighted_plan_covers_every_level_with_a_quota() -> None:
 
 def test_bad_priority_settings_are_rejected(app: aioqueue.App) -> None:
     with pytest.raises(aioqueue.ConfigError):
-        app.worker(priority_mode="fair")  # type: ignore[arg-type]
+        app.worker(priority_mode="fair")
     with pytest.raises(aioqueue.ConfigError):
         app.worker(priority_weights={0: 2.0})  # weights need the weighted mode
     with pytest.raises(aioqueue.ConfigError):

@@ -219,7 +219,7 @@ class Job(Generic[R_co]):
         return (await self.info()).status
 
     async def cancel(self) -> bool:
-        """Cancel the job if it has not started; True if it will now never run."""
+        """Cancel the job, or abort it if it is running (see ``Queue.cancel``)."""
         return await self._source.cancel(self.id)
 
     async def result(self, timeout: float | None = None, *, poll_interval: float = 0.05) -> R_co:

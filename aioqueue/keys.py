@@ -13,11 +13,13 @@ Roles:
   dead        ZSET  job id -> time it was buried (ms)
   job:<id>    HASH  the job record (fields below)
   seq         STRING counter for ids that scripts mint (poison entries)
+  aborts      pub/sub channel (not a key): ids of running jobs to abort
 
 Job record fields (short, because every queued job carries them):
   p payload (JSON)   s state           n attempts started   m max attempts
   pr priority        w lease owner     et enqueued at (ms)  st started at (ms)
   ft finished at (ms) r result (JSON)  e error (JSON)       raw foreign bytes (poison)
+  ab abort requested (1)
 """
 
 from __future__ import annotations
@@ -75,6 +77,11 @@ class QueueKeys:
     @property
     def dead(self) -> str:
         return f"{self.base}:dead"
+
+    @property
+    def abort_channel(self) -> str:
+        """Pub/sub channel (not a key) on which cancel announces aborts of running jobs."""
+        return f"{self.base}:aborts"
 
     @property
     def seq(self) -> str:

@@ -16,7 +16,7 @@ from ._aio import wait_event
 
 if TYPE_CHECKING:
     import asyncio
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from .consumer import QueueConsumer
 
@@ -36,12 +36,16 @@ class LeaseKeeper:
         lease_ms: int,
         reclaim_interval: float,
         default_max_attempts: int,
+        result_ttl_ms: int,
+        on_abort: Callable[[bytes], None],
         stopping: asyncio.Event,
     ) -> None:
         self._consumers = consumers
         self._lease_ms = lease_ms
         self._reclaim_interval = reclaim_interval
         self._default_max_attempts = default_max_attempts
+        self._result_ttl_ms = result_ttl_ms
+        self._on_abort = on_abort
         self._stopping = stopping
 
     async def renew_loop(self) -> None:
@@ -55,13 +59,15 @@ class LeaseKeeper:
             for start in range(0, len(held), MAX_EXTEND_BATCH):
                 batch = held[start : start + MAX_EXTEND_BATCH]
                 try:
-                    lost = await scripts.extend(
+                    extended = await scripts.extend(
                         consumer.redis, consumer.keys, batch, lease_ms=self._lease_ms
                     )
                 except RedisError as exc:
                     logger.warning("renewing leases on %s failed: %r", consumer.keys.name, exc)
                     continue
-                for job_id in lost:
+                for job_id in extended.aborted:
+                    self._on_abort(job_id)
+                for job_id in extended.lost:
                     logger.warning(
                         "job %s of %s: lease lost while running (stalled past its lease?)",
                         job_id.decode("utf-8", "backslashreplace"),
@@ -82,6 +88,7 @@ class LeaseKeeper:
                     consumer.keys,
                     limit=RECLAIM_LIMIT,
                     default_max_attempts=self._default_max_attempts,
+                    result_ttl_ms=self._result_ttl_ms,
                 )
             except RedisError as exc:
                 logger.warning("reclaiming leases on %s failed: %r", consumer.keys.name, exc)

@@ -177,14 +177,17 @@ class Queue:
         return JobInfo.from_record(job_id, self.name, record)
 
     async def cancel(self, job_id: str) -> bool:
-        """Cancel a queued or scheduled job; True if it will now never run."""
+        """Cancel a job: a queued or scheduled one never runs; a running one is aborted
+        (its asyncio task is cancelled on whichever worker runs it, and it ends as
+        cancelled, not retried). True if the job was cancelled or its abort requested;
+        False if it had finished already (or does not exist)."""
         outcome, _ = await scripts.cancel(
             await self._host.client(),
             self.keys,
             job_id,
             result_ttl_ms=self._host.settings.result_ttl_ms,
         )
-        return outcome == "cancelled"
+        return outcome in ("cancelled", "aborting")
 
     async def counts(self) -> QueueCounts:
         """How many jobs are ready, scheduled, active and dead (one round trip)."""

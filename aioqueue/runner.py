@@ -50,6 +50,7 @@ class RunningJob:
     timeout: float | None = None
     deadline: float | None = None  # event-loop time after which the watchdog steps in
     recancelled: bool = False  # the watchdog cancelled it again after its timeout
+    aborted: bool = False  # cancelled on request (Queue.cancel of a running job)
     abandoned: bool = False  # the watchdog settled it: the handler ignored its cancellation
 
     def overdue_settlement(self) -> Settlement:

@@ -217,38 +217,52 @@ class Reclaimed:
 
 
 async def reclaim(
-    redis: Redis, keys: QueueKeys, *, limit: int, default_max_attempts: int
+    redis: Redis,
+    keys: QueueKeys,
+    *,
+    limit: int,
+    default_max_attempts: int,
+    result_ttl_ms: int = 24 * 3600 * 1000,
 ) -> Reclaimed:
     requeued, buried = await _RECLAIM(
         redis,
         [keys.active, keys.dead, keys.notify, keys.job_prefix, *keys.ready_lists()],
-        [limit, default_max_attempts],
+        [limit, default_max_attempts, result_ttl_ms],
     )
     return Reclaimed(int(requeued), int(buried))
 
 
+@dataclass(frozen=True, slots=True)
+class Extended:
+    lost: list[bytes]  # leases no longer held
+    aborted: list[bytes]  # held, but an abort was requested
+
+
 async def extend(
     redis: Redis, keys: QueueKeys, leases: Sequence[tuple[bytes, str]], *, lease_ms: int
-) -> list[bytes]:
-    """Renew leases; return the ids whose lease is no longer held."""
+) -> Extended:
+    """Renew leases; report the ones no longer held and the ones to abort."""
     args: list[Arg] = [lease_ms]
     for job_id, lease in leases:
         args += (job_id, lease)
-    lost: list[bytes] = await _EXTEND(redis, [keys.active, keys.job_prefix], args)
-    return lost
+    lost, aborted = await _EXTEND(redis, [keys.active, keys.job_prefix], args)
+    return Extended(list(lost), list(aborted))
 
 
 # -- admin: cancel, requeue, purge ---------------------------------------------------
 
 
-CancelCode = Literal["cancelled", "not_found", "too_late"]
+CancelCode = Literal["cancelled", "aborting", "not_found", "too_late"]
 
 
 async def cancel(
     redis: Redis, keys: QueueKeys, job_id: str, *, result_ttl_ms: int
 ) -> tuple[CancelCode, str]:
-    code, state = await _CANCEL(redis, [keys.job(job_id), keys.schedule], [job_id, result_ttl_ms])
-    outcome: CancelCode = {1: "cancelled", 0: "too_late", -1: "not_found"}[int(code)]  # type: ignore[assignment]
+    code, state = await _CANCEL(
+        redis, [keys.job(job_id), keys.schedule], [job_id, result_ttl_ms, keys.abort_channel]
+    )
+    codes: dict[int, CancelCode] = {1: "cancelled", 2: "aborting", 0: "too_late", -1: "not_found"}
+    outcome = codes[int(code)]
     return outcome, _text(state)
 
 

@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
+from .aborts import AbortListener
 from .consumer import QueueConsumer, Slots
+from .job import encode_error
 from .leases import LeaseKeeper
 from .runner import RunningJob, run_job
 from .scheduler import Promoter
@@ -41,6 +43,8 @@ if TYPE_CHECKING:
     from .app import App
 
 logger = logging.getLogger(__name__)
+
+_ABORTED = encode_error("JobCancelled", "aborted while running", "")
 
 
 class Worker:
@@ -143,8 +147,19 @@ class Worker:
             lease_ms=settings.lease_ms,
             reclaim_interval=settings.reclaim_interval,
             default_max_attempts=app_settings.default_max_attempts,
+            result_ttl_ms=app_settings.result_ttl_ms,
+            on_abort=self._abort,
             stopping=self._closed,
         )
+        aborts = AbortListener(
+            redis,
+            [c.keys.abort_channel for c in self._consumers],
+            self._abort,
+            wake_channel=f"{self._consumers[0].keys.abort_channel}:{self.id}",
+            poll=settings.idle_wait,
+            stopping=self._closed,
+        )
+        self._aborts = aborts
         self._fetchers = [self._spawn(c.fetch_loop()) for c in self._consumers]
         self._loops = [self._spawn(c.acks.run()) for c in self._consumers]
         self._background = [
@@ -153,6 +168,7 @@ class Worker:
             self._spawn(keeper.renew_loop()),
             self._spawn(keeper.reclaim_loop()),
             self._spawn(Watchdog(self._running, self._abandon, self._closed).run()),
+            self._spawn(aborts.run()),
         ]
         if settings.burst:
             self._spawn(self._stop_when_drained())
@@ -218,6 +234,7 @@ class Worker:
             consumer.acks.close()
         await asyncio.gather(*self._loops, return_exceptions=True)
         self._closed.set()
+        await self._wake_abort_listener()
         await asyncio.gather(*self._background, return_exceptions=True)
         logger.info("worker %s stopped: %s", self.id, dict(self.outcomes))
 
@@ -233,6 +250,13 @@ class Worker:
                 await pipe.execute()
         except RedisError as exc:  # the BLPOPs then return at their timeout
             logger.warning("could not wake blocked waits: %r", exc)
+
+    async def _wake_abort_listener(self) -> None:
+        try:
+            redis = await self.app.client()
+            await redis.publish(self._aborts.wake_channel, b"stop")
+        except RedisError as exc:  # it then returns at its poll timeout
+            logger.warning("could not wake the abort listener: %r", exc)
 
     async def _finish_running_jobs(self) -> None:
         if self._running and not self._force:
@@ -279,7 +303,9 @@ class Worker:
         try:
             settlement = await run_job(job, self.app.find_task)
         except asyncio.CancelledError:
-            if job.recancelled:  # the watchdog's second cancellation after the timeout
+            if job.aborted:  # cancel() of a running job: it ends cancelled, not retried
+                settlement = Settlement(taken.id, taken.lease, "abort", _ABORTED)
+            elif job.recancelled:  # the watchdog's second cancellation after the timeout
                 settlement = job.overdue_settlement()
             else:  # shutdown: back to ready, attempt not counted
                 settlement = Settlement(taken.id, taken.lease, "release")
@@ -292,6 +318,14 @@ class Worker:
     def _settle(self, consumer: QueueConsumer, settlement: Settlement) -> None:
         self.outcomes[settlement.outcome] += 1
         consumer.finished(settlement)
+
+    def _abort(self, job_id: bytes) -> None:
+        """Cancel the running job with this id, if it runs here (an abort request)."""
+        for task, job in self._running.items():
+            if job.taken.id == job_id and not job.aborted:
+                logger.info("job %s: aborting on request", job.taken.job_id)
+                job.aborted = True
+                task.cancel()
 
     def _abandon(self, task: asyncio.Task[None], settlement: Settlement | None = None) -> None:
         """Settle a job whose handler will not stop; the handler is left to itself."""

@@ -51,6 +51,7 @@ LAYERS: dict[str, int] = {
     "scheduler": RUNTIME,
     "worker": RUNTIME,
     "watchdog": RUNTIME,
+    "aborts": RUNTIME,
     # edges
     "app": EDGE,
     "cli": EDGE,

@@ -79,14 +79,24 @@ async def test_cancel_with_result_ttl_zero_sets_no_ttl(db: Redis, keys: QueueKey
     assert await db.pttl(keys.job("a")) == -1
 
 
-async def test_cancel_an_active_job_is_too_late(db: Redis, keys: QueueKeys) -> None:
+async def test_cancel_an_active_job_requests_its_abort(db: Redis, keys: QueueKeys) -> None:
     await put(db, keys, "a")
     assert await take(db, keys) == [b"a"]
+    pubsub = db.pubsub(ignore_subscribe_messages=True)
+    await pubsub.subscribe(keys.abort_channel)
 
-    assert await scripts.cancel(db, keys, "a", result_ttl_ms=TTL) == ("too_late", "active")
+    assert await scripts.cancel(db, keys, "a", result_ttl_ms=TTL) == ("aborting", "active")
 
-    assert await db.hget(keys.job("a"), "s") == b"active"
+    assert await db.hget(keys.job("a"), "s") == b"active", "the worker settles it"
+    assert await db.hget(keys.job("a"), "ab") == b"1"
     assert await db.pttl(keys.job("a")) == -1
+    message = None
+    for _ in range(50):  # bounded: the message is already on the wire
+        message = await pubsub.get_message(timeout=0.1)
+        if message is not None:
+            break
+    assert message is not None and message["data"] == b"a"
+    await pubsub.aclose()  # type: ignore[no-untyped-call]
 
 
 @pytest.mark.parametrize("outcome", ["complete", "bury", "cancel"])

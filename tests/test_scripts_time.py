@@ -214,9 +214,9 @@ async def test_extend_renews_held_leases(db: Redis, keys: QueueKeys) -> None:
     await put(db, keys, "b")
     taken = await scripts.take(db, keys, lease="w:1", lease_ms=1_000, limit=2)
 
-    lost = await scripts.extend(db, keys, [(b"a", "w:1"), (b"b", "w:1")], lease_ms=FAR)
+    extended = await scripts.extend(db, keys, [(b"a", "w:1"), (b"b", "w:1")], lease_ms=FAR)
 
-    assert lost == []
+    assert extended == scripts.Extended(lost=[], aborted=[])
     for job_id in ("a", "b"):
         deadline = await db.zscore(keys.active, job_id)
         assert deadline is not None
@@ -233,7 +233,7 @@ async def test_extend_returns_the_leases_no_longer_held(db: Redis, keys: QueueKe
     assert await scripts.ack(db, keys, [done], result_ttl_ms=60_000) == [True]
     wrong_token_deadline = await db.zscore(keys.active, "wrong-token")
 
-    lost = await scripts.extend(
+    extended = await scripts.extend(
         db,
         keys,
         [
@@ -246,7 +246,8 @@ async def test_extend_returns_the_leases_no_longer_held(db: Redis, keys: QueueKe
         lease_ms=FAR,
     )
 
-    assert lost == [b"wrong-token", b"reclaimed", b"done", b"never-existed"]
+    assert extended.lost == [b"wrong-token", b"reclaimed", b"done", b"never-existed"]
+    assert extended.aborted == []
     assert await db.zscore(keys.active, "wrong-token") == wrong_token_deadline
     assert set(await db.zrange(keys.active, 0, -1)) == {b"held", b"wrong-token"}
     held = await db.zscore(keys.active, "held")
@@ -256,4 +257,32 @@ async def test_extend_returns_the_leases_no_longer_held(db: Redis, keys: QueueKe
 
 
 async def test_extend_with_nothing_to_renew(db: Redis, keys: QueueKeys) -> None:
-    assert await scripts.extend(db, keys, [], lease_ms=1_000) == []
+    assert await scripts.extend(db, keys, [], lease_ms=1_000) == scripts.Extended([], [])
+
+
+async def test_extend_reports_held_jobs_whose_abort_was_requested(
+    db: Redis, keys: QueueKeys
+) -> None:
+    await put(db, keys, "a")
+    await put(db, keys, "b")
+    assert len(await take(db, keys, limit=2)) == 2
+    assert (await scripts.cancel(db, keys, "b", result_ttl_ms=FAR))[0] == "aborting"
+
+    extended = await scripts.extend(db, keys, [(b"a", "w:1"), (b"b", "w:1")], lease_ms=FAR)
+
+    assert extended == scripts.Extended(lost=[], aborted=[b"b"])
+
+
+async def test_reclaim_ends_a_job_whose_abort_was_requested_as_cancelled(
+    db: Redis, keys: QueueKeys
+) -> None:
+    await put(db, keys, "a", max_attempts=5)
+    assert await take(db, keys) == [b"a"]
+    assert (await scripts.cancel(db, keys, "a", result_ttl_ms=FAR))[0] == "aborting"
+    await expire_leases(db, keys, "a")
+
+    result = await scripts.reclaim(db, keys, limit=10, default_max_attempts=5, result_ttl_ms=FAR)
+
+    assert result == scripts.Reclaimed(requeued=0, buried=1)
+    assert await db.hget(keys.job("a"), "s") == b"cancelled"
+    assert await db.llen(keys.ready(0)) == 0

@@ -5,7 +5,8 @@ KEYS[2] job_prefix        prefix of job records; carries the queue's hash tag
 ARGV[1] lease_ms    new lease length from now
 ARGV[2..] pairs: id, lease token
 
-Returns the ids whose lease is no longer held (the worker should stop caring about them).
+Returns {lost, aborted}: ids whose lease is no longer held (the worker should stop caring
+about them), and ids held whose abort was requested (a fallback for a missed abort message).
 ]]
 local active, job_prefix = KEYS[1], KEYS[2]
 local lease_ms = tonumber(ARGV[1])
@@ -13,14 +14,15 @@ local lease_ms = tonumber(ARGV[1])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 
-local lost = {}
+local lost, aborted = {}, {}
 for i = 2, #ARGV, 2 do
   local id, lease = ARGV[i], ARGV[i + 1]
-  local record = redis.call('HMGET', job_prefix .. id, 's', 'w')
+  local record = redis.call('HMGET', job_prefix .. id, 's', 'w', 'ab')
   if record[1] == 'active' and record[2] == lease then
     redis.call('ZADD', active, 'XX', now + lease_ms, id)
+    if record[3] then aborted[#aborted + 1] = id end
   else
     lost[#lost + 1] = id
   end
 end
-return lost
+return {lost, aborted}

@@ -1,6 +1,7 @@
 --[[ reclaim: return jobs whose lease expired (their worker died or stalled) to the front
 of their ready list, or bury them once they have used all their attempts, so that a job
 that keeps killing its worker cannot loop forever. The attempt was counted at take time.
+A job whose abort was requested ends cancelled instead.
 
 KEYS[1]      active      ZSET  job id -> lease deadline (ms)
 KEYS[2]      dead        ZSET  job id -> time buried (ms)
@@ -9,11 +10,12 @@ KEYS[4]      job_prefix        prefix of job records; carries the queue's hash t
 KEYS[5..14]  ready       LIST  ready lists of priorities 0..9
 ARGV[1] limit                  max jobs per call
 ARGV[2] default_max_attempts   for jobs enqueued without their own maximum
+ARGV[3] result_ttl_ms          how long the record of a job whose abort was requested is kept
 
-Returns {requeued, buried}.
+Returns {requeued, buried}; buried counts the cancelled ones too.
 ]]
 local active, dead, notify, job_prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local limit, default_max = tonumber(ARGV[1]), tonumber(ARGV[2])
+local limit, default_max, result_ttl_ms = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -24,8 +26,14 @@ for i = 1, #expired do
   local id = expired[i]
   local key = job_prefix .. id
   redis.call('ZREM', active, id)
-  local record = redis.call('HMGET', key, 's', 'n', 'm', 'pr')
-  if record[1] == 'active' then
+  local record = redis.call('HMGET', key, 's', 'n', 'm', 'pr', 'ab')
+  if record[1] == 'active' and record[5] then
+    redis.call('HDEL', key, 'w')
+    redis.call('HSET', key, 's', 'cancelled', 'ft', now, 'e', cjson.encode({type = 'JobCancelled',
+      message = 'aborted while running (its worker was lost)', traceback = ''}))
+    if result_ttl_ms > 0 then redis.call('PEXPIRE', key, result_ttl_ms) else redis.call('DEL', key) end
+    buried = buried + 1
+  elseif record[1] == 'active' then
     local attempts = tonumber(record[2] or 0) or 0
     local max = tonumber(record[3] or 0) or 0
     if max <= 0 then max = default_max end

@@ -1,0 +1,73 @@
+"""Cancellation of running jobs (abort): by pub/sub at once, or at the next lease renewal."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from redis.asyncio import Redis
+
+import aioqueue
+from tests.helpers import wait_until
+
+
+async def _status_is(job: aioqueue.Job[object], status: aioqueue.JobStatus) -> bool:
+    return await job.status() is status
+
+
+async def test_cancel_aborts_a_running_job_and_it_is_not_retried(app: aioqueue.App) -> None:
+    started, never = asyncio.Event(), asyncio.Event()
+    cancelled_inside = []
+
+    @app.task(retries=5)
+    async def long_job() -> None:
+        started.set()
+        try:
+            await never.wait()
+        except asyncio.CancelledError:
+            cancelled_inside.append(True)
+            raise
+
+    job = await long_job.enqueue()
+    async with app.worker() as worker:
+        await asyncio.wait_for(started.wait(), 5)
+        assert await job.cancel() is True
+        await wait_until(lambda: _status_is(job, aioqueue.JobStatus.CANCELLED), timeout=5)
+        assert worker.outcomes["abort"] == 1
+    assert cancelled_inside == [True]
+    info = await job.info()
+    assert info.attempts == 1
+    assert info.error is not None and info.error.type == "JobCancelled"
+    with pytest.raises(aioqueue.JobCancelled):
+        await job.result(timeout=1)
+    assert (await app.queue().counts()).ready == 0
+
+
+async def test_a_missed_abort_message_is_caught_at_lease_renewal(
+    app: aioqueue.App, redis: Redis
+) -> None:
+    started, never = asyncio.Event(), asyncio.Event()
+
+    @app.task
+    async def long_job() -> None:
+        started.set()
+        await never.wait()
+
+    job = await long_job.enqueue()
+    async with app.worker(lease=1) as worker:  # renewals every third of a second
+        await asyncio.wait_for(started.wait(), 5)
+        await redis.hset(app.queue().keys.job(job.id), "ab", 1)  # marked, never published
+        await wait_until(lambda: _status_is(job, aioqueue.JobStatus.CANCELLED), timeout=5)
+        assert worker.outcomes["abort"] == 1
+
+
+async def test_cancel_of_a_finished_or_unknown_job_is_false(app: aioqueue.App) -> None:
+    @app.task
+    async def quick() -> int:
+        return 1
+
+    job = await quick.enqueue()
+    async with app.worker():
+        assert await job.result(timeout=5) == 1
+    assert await job.cancel() is False
+    assert await app.queue().cancel("no-such-job") is False

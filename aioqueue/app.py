@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from redis.asyncio import BlockingConnectionPool, Redis
@@ -14,13 +15,14 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from . import scripts
 from .backoff import Backoff, Exponential
 from .errors import ConfigError, ServerUnavailable
+from .periodic import Missed, Periodic
 from .priorities import DEFAULT_PRIORITY, resolve_priority
 from .queue import Queue
 from .settings import ENV_REDIS_URL, AppSettings, prefix_from_env, redis_url_from_env
 from .task import Task, TaskOptions
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Coroutine
+    from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
     from types import TracebackType
 
     from .worker import Worker
@@ -65,6 +67,7 @@ class App:
             max_connections=max_connections,
         )
         self._tasks: dict[str, Task[..., Any]] = {}
+        self._periodic: dict[str, Periodic] = {}
         self._queues: dict[str, Queue] = {}
         self._client: Redis | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
@@ -128,6 +131,92 @@ class App:
             return registered
 
         return register(fn) if fn is not None else _TaskDecorator(register)
+
+    # -- periodic jobs -------------------------------------------------------------------
+
+    def periodic(
+        self,
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        tz: str = "UTC",
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        missed: Missed = "skip",
+        misfire_grace: float = 60.0,
+    ) -> Callable[[Task[P, R]], Task[P, R]]:
+        """Run a task by itself: ``@app.periodic(cron="0 9 * * MON", tz="Europe/Paris")``
+        (or ``every=60``) above ``@app.task``. Every worker serving the task's queue runs
+        the scheduler; each tick is enqueued once. See ``aioqueue.periodic``."""
+
+        def declare(task: Task[P, R]) -> Task[P, R]:
+            spec = self._periodic_spec(
+                task, cron=cron, every=every, tz=tz, args=args, kwargs=kwargs, name=name,
+                missed=missed, misfire_grace=misfire_grace, declared=True,
+            )  # fmt: skip
+            if spec.name in self._periodic:
+                raise ConfigError(f"a periodic job named {spec.name!r} is declared already")
+            self._periodic[spec.name] = spec
+            return task
+
+        return declare
+
+    async def add_periodic(
+        self,
+        task: Task[..., Any] | str,
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        tz: str = "UTC",
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        queue: str | None = None,
+        missed: Missed = "skip",
+        misfire_grace: float = 60.0,
+    ) -> Periodic:
+        """Add (or replace) a periodic job at run time; running workers pick it up."""
+        spec = self._periodic_spec(
+            task, cron=cron, every=every, tz=tz, args=args, kwargs=kwargs, name=name,
+            queue=queue, missed=missed, misfire_grace=misfire_grace, declared=False,
+        )  # fmt: skip
+        await self.queue(spec.queue).add_periodic(spec)
+        return spec
+
+    async def remove_periodic(self, name: str, *, queue: str | None = None) -> bool:
+        """Remove a periodic job added at run time (or declared: until a worker restarts)."""
+        return await self.queue(queue).remove_periodic(name)
+
+    def declared_periodic(self, queue: str) -> list[Periodic]:
+        """The periodic specs declared in code for one queue."""
+        return [spec for spec in self._periodic.values() if spec.queue == queue]
+
+    def _periodic_spec(
+        self,
+        task: Task[..., Any] | str,
+        *,
+        every: float | timedelta | None,
+        kwargs: Mapping[str, Any] | None,
+        name: str | None,
+        queue: str | None = None,
+        args: Sequence[Any],
+        **options: Any,
+    ) -> Periodic:
+        task_name = task if isinstance(task, str) else task.name
+        known = self._tasks.get(task_name)
+        if known is not None:
+            known.check_arguments(args, kwargs or {})
+        return Periodic(
+            name=name or task_name,
+            task=task_name,
+            queue=queue or (known.options.queue if known else self.settings.default_queue),
+            every=every.total_seconds() if isinstance(every, timedelta) else every,
+            args=tuple(args),
+            kwargs=dict(kwargs or {}),
+            priority=known.options.priority if known else DEFAULT_PRIORITY,
+            **options,
+        )
 
     def find_task(self, name: str) -> Task[..., Any] | None:
         return self._tasks.get(name)

@@ -13,6 +13,8 @@ Roles:
   dead        ZSET  job id -> time it was buried (ms)
   job:<id>    HASH  the job record (fields below)
   seq         STRING counter for ids that scripts mint (poison entries)
+  periodic    HASH  periodic spec name -> spec (JSON)
+  periodic:ticks HASH periodic spec name -> last tick enqueued (ms)
   aborts      pub/sub channel (not a key): ids of running jobs to abort
 
 Job record fields (short, because every queued job carries them):
@@ -77,6 +79,14 @@ class QueueKeys:
     @property
     def dead(self) -> str:
         return f"{self.base}:dead"
+
+    @property
+    def periodic(self) -> str:
+        return f"{self.base}:periodic"
+
+    @property
+    def ticks(self) -> str:
+        return f"{self.base}:periodic:ticks"
 
     @property
     def abort_channel(self) -> str:

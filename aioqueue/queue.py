@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -11,6 +12,7 @@ from . import scripts
 from .errors import ConfigError, InvalidArguments
 from .job import Job, JobInfo, Payload
 from .keys import QueueKeys
+from .periodic import Periodic
 from .priorities import DEFAULT_PRIORITY, resolve_priority
 from .task import Task
 
@@ -20,6 +22,8 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
 
     from .settings import AppSettings
+
+logger = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -202,6 +206,26 @@ class Queue:
         *ready, scheduled, active, dead = (int(n) for n in replies)
         return QueueCounts(sum(ready), scheduled, active, dead)
 
+    # -- periodic jobs -----------------------------------------------------------------
+
+    async def periodic_specs(self) -> list[Periodic]:
+        """The periodic jobs of this queue, as the workers see them."""
+        return await load_specs(await self._host.client(), self.keys)
+
+    async def add_periodic(self, spec: Periodic) -> None:
+        """Store a periodic spec and wake a scheduler to look at it."""
+        redis = await self._host.client()
+        async with redis.pipeline(transaction=True) as pipe:
+            pipe.hset(self.keys.periodic, spec.name, spec.encode())
+            pipe.rpush(self.keys.schedule_wake, 0)
+            pipe.ltrim(self.keys.schedule_wake, -1, -1)
+            await pipe.execute()
+
+    async def remove_periodic(self, name: str) -> bool:
+        """Remove a periodic spec; True if there was one."""
+        redis = await self._host.client()
+        return int(await redis.hdel(self.keys.periodic, name)) > 0
+
     # -- dead letters ----------------------------------------------------------------
 
     async def dead_jobs(self, *, limit: int = 100, offset: int = 0) -> list[JobInfo]:
@@ -231,3 +255,29 @@ class QueueCounts:
     scheduled: int
     active: int
     dead: int
+
+
+async def load_specs(redis: Redis, keys: QueueKeys) -> list[Periodic]:
+    """The queue's periodic specs from Redis; unusable ones are logged and skipped."""
+    raw: dict[bytes, bytes] = await redis.hgetall(keys.periodic)  # type: ignore[assignment]
+    specs = []
+    for name, body in raw.items():
+        try:
+            specs.append(Periodic.decode(body))
+        except (ValueError, TypeError) as exc:
+            logger.error("periodic spec %r of %s is unusable: %s", name, keys.name, exc)
+    return specs
+
+
+async def sync_declared(redis: Redis, keys: QueueKeys, declared: Sequence[Periodic]) -> None:
+    """Store the specs declared in code; drop declared ones the code no longer has.
+    Specs added at run time are left alone."""
+    names = {spec.name for spec in declared}
+    stale = [spec.name for spec in await load_specs(redis, keys)
+             if spec.declared and spec.name not in names]  # fmt: skip
+    async with redis.pipeline(transaction=True) as pipe:
+        for spec in declared:
+            pipe.hset(keys.periodic, spec.name, spec.encode())
+        if stale:
+            pipe.hdel(keys.periodic, *stale)
+        await pipe.execute()

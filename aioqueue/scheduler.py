@@ -1,5 +1,9 @@
-"""The delayed-job promoter: sleeps until the next due time, or until an earlier job is
-scheduled, then promotes due jobs with one script call.
+"""Time-driven work of a queue inside a worker.
+
+- Promoter: sleeps until the next delayed job is due, or until an earlier job is
+  scheduled, then promotes due jobs with one script call.
+- PeriodicScheduler: enqueues the ticks of the queue's periodic specs (cron / interval),
+  each once, however many workers race for it.
 
 Times come from Redis (the scripts read TIME), so clock skew between hosts cannot start
 a job early or strand it: the promoter only converts "due in N ms by the Redis clock"
@@ -17,11 +21,17 @@ from redis.exceptions import RedisError
 
 from . import scripts
 from ._aio import wait_event
+from .errors import EnqueueError
+from .job import Payload
+from .queue import load_specs, sync_declared
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from redis.asyncio import Redis
 
     from .keys import QueueKeys
+    from .periodic import Periodic
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +56,11 @@ class Promoter:
         self._idle_wait = idle_wait
         self._stopping = stopping
         self._earlier = asyncio.Event()  # set when someone scheduled an earlier job
+        self._listeners: list[Callable[[], None]] = []
+
+    def on_wake(self, listener: Callable[[], None]) -> None:
+        """Also call ``listener`` when the queue's schedule-wake list gets a token."""
+        self._listeners.append(listener)
 
     async def promote_loop(self) -> None:
         while not self._stopping.is_set():
@@ -75,10 +90,86 @@ class Promoter:
                 continue
             if popped is not None:
                 self._earlier.set()
+                for listener in self._listeners:
+                    listener()
 
     def interrupt(self) -> None:
         self._earlier.set()
+        for listener in self._listeners:
+            listener()
 
     async def _sleep(self, seconds: float) -> None:
         if seconds > 0:
             await wait_event(self._earlier, seconds)
+
+
+class PeriodicScheduler:
+    """Enqueues due ticks of one queue's periodic specs, then sleeps until the next tick.
+
+    Specs live in Redis (declared ones are synced from code at start), so specs added or
+    removed at run time are seen at the next wake-up; adding one wakes a scheduler at once.
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        keys: QueueKeys,
+        *,
+        declared: Sequence[Periodic],
+        max_payload_bytes: int,
+        stopping: asyncio.Event,
+    ) -> None:
+        self._redis, self._keys = redis, keys
+        self._declared = declared
+        self._max_payload_bytes = max_payload_bytes
+        self._stopping = stopping
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        synced = False
+        while not self._stopping.is_set():
+            self._wake.clear()
+            try:
+                if not synced:
+                    await sync_declared(self._redis, self._keys, self._declared)
+                    synced = True
+                pause = await self._tick()
+            except RedisError as exc:
+                logger.warning("periodic jobs of %s: %r", self._keys.name, exc)
+                pause = RETRY_PAUSE
+            await wait_event(self._wake, pause)
+
+    async def _tick(self) -> float:
+        """Enqueue what is due; return the seconds until the next tick (capped)."""
+        specs = await load_specs(self._redis, self._keys)
+        now_ms = await _redis_now_ms(self._redis)
+        for spec in specs:
+            tick = spec.tick_to_enqueue(now_ms)
+            if tick is not None:
+                await self._enqueue(spec, tick)
+        next_ms = min((spec.next_tick(now_ms) for spec in specs), default=None)
+        return MAX_SLEEP if next_ms is None else min(MAX_SLEEP, (next_ms - now_ms) / 1000)
+
+    async def _enqueue(self, spec: Periodic, tick_ms: int) -> None:
+        try:
+            payload = Payload(spec.task, list(spec.args), spec.kwargs).encode(
+                self._max_payload_bytes
+            )
+        except EnqueueError as exc:
+            logger.error("periodic %s: cannot enqueue: %s", spec.name, exc)
+            return
+        result = await scripts.enqueue(
+            self._redis, self._keys, job_id=spec.job_id(tick_ms), payload=payload,
+            priority=spec.priority, max_attempts=0, delay_ms=0, due_ms=0,
+            tick=(spec.name, tick_ms),
+        )  # fmt: skip
+        if result.created:
+            logger.info("periodic %s: enqueued tick %d", spec.name, tick_ms)
+
+
+async def _redis_now_ms(redis: Redis) -> int:
+    seconds, micros = await redis.time()
+    return int(seconds) * 1000 + int(micros) // 1000

@@ -79,7 +79,12 @@ async def enqueue(
     max_attempts: int,
     delay_ms: int,
     due_ms: int,
+    tick: tuple[str, int] | None = None,
 ) -> Enqueued:
+    """Write one job; with ``tick`` (spec name, tick ms), only if that tick is new."""
+    args: list[Arg] = [job_id, payload, priority, max_attempts, delay_ms, due_ms]
+    if tick is not None:
+        args += tick
     created, state = await _ENQUEUE(
         redis,
         [
@@ -89,8 +94,9 @@ async def enqueue(
             keys.schedule,
             keys.schedule_wake,
             keys.dead,
+            keys.ticks,
         ],
-        [job_id, payload, priority, max_attempts, delay_ms, due_ms],
+        args,
     )
     return Enqueued(bool(created), _text(state))
 

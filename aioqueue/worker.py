@@ -26,13 +26,15 @@ from .consumer import QueueConsumer, Slots
 from .job import encode_error
 from .leases import LeaseKeeper
 from .runner import RunningJob, run_job
-from .scheduler import Promoter
+from .scheduler import PeriodicScheduler, Promoter
 from .scripts import Settlement, Taken
 from .settings import WorkerSettings
 from .watchdog import Watchdog
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from redis.asyncio import Redis
 
     from .priorities import PriorityMode
 
@@ -119,65 +121,58 @@ class Worker:
         self._started = True
         redis = await self.app.client()
         settings, app_settings = self.settings, self.app.settings
-        slots = Slots(settings.concurrency)
-        self._slots = slots
+        self._slots = Slots(settings.concurrency)
         for name in settings.queues:
-            consumer = QueueConsumer(
-                redis,
-                self.app.queue(name).keys,
-                settings=settings,
-                result_ttl_ms=app_settings.result_ttl_ms,
-                slots=slots,
-                worker_id=self.id,
-                start_job=self._start_job,
-                stopping=self._stop_taking,
-            )
-            self._consumers.append(consumer)
-            self._promoters.append(
-                Promoter(
-                    redis,
-                    consumer.keys,
-                    wake_key=consumer.wake_key,
-                    idle_wait=settings.idle_wait,
-                    stopping=self._stop_taking,
-                )
-            )
+            self._add_queue(redis, name)
         keeper = LeaseKeeper(
-            self._consumers,
-            lease_ms=settings.lease_ms,
+            self._consumers, lease_ms=settings.lease_ms,
             reclaim_interval=settings.reclaim_interval,
             default_max_attempts=app_settings.default_max_attempts,
-            result_ttl_ms=app_settings.result_ttl_ms,
-            on_abort=self._abort,
-            stopping=self._closed,
-        )
-        aborts = AbortListener(
-            redis,
-            [c.keys.abort_channel for c in self._consumers],
-            self._abort,
+            result_ttl_ms=app_settings.result_ttl_ms, on_abort=self._abort, stopping=self._closed,
+        )  # fmt: skip
+        self._aborts = AbortListener(
+            redis, [c.keys.abort_channel for c in self._consumers], self._abort,
             wake_channel=f"{self._consumers[0].keys.abort_channel}:{self.id}",
-            poll=settings.idle_wait,
-            stopping=self._closed,
-        )
-        self._aborts = aborts
+            poll=settings.idle_wait, stopping=self._closed,
+        )  # fmt: skip
         self._fetchers = [self._spawn(c.fetch_loop()) for c in self._consumers]
         self._loops = [self._spawn(c.acks.run()) for c in self._consumers]
-        self._background = [
+        self._background += [
             *(self._spawn(p.promote_loop()) for p in self._promoters),
             *(self._spawn(p.listen_loop()) for p in self._promoters),
             self._spawn(keeper.renew_loop()),
             self._spawn(keeper.reclaim_loop()),
             self._spawn(Watchdog(self._running, self._abandon, self._closed).run()),
-            self._spawn(aborts.run()),
+            self._spawn(self._aborts.run()),
         ]
         if settings.burst:
             self._spawn(self._stop_when_drained())
         logger.info(
-            "worker %s serving %s with concurrency %d",
-            self.id,
-            ", ".join(settings.queues),
-            settings.concurrency,
-        )
+            "worker %s serving %s with concurrency %d", self.id,
+            ", ".join(settings.queues), settings.concurrency,
+        )  # fmt: skip
+
+    def _add_queue(self, redis: Redis, name: str) -> None:
+        """The loops of one queue: consumer, promoter and (unless bursting) periodic jobs."""
+        keys = self.app.queue(name).keys
+        consumer = QueueConsumer(
+            redis, keys, settings=self.settings, result_ttl_ms=self.app.settings.result_ttl_ms,
+            slots=self._slots, worker_id=self.id, start_job=self._start_job,
+            stopping=self._stop_taking,
+        )  # fmt: skip
+        promoter = Promoter(
+            redis, keys, wake_key=consumer.wake_key, idle_wait=self.settings.idle_wait,
+            stopping=self._stop_taking,
+        )  # fmt: skip
+        self._consumers.append(consumer)
+        self._promoters.append(promoter)
+        if not self.settings.burst:
+            periodic = PeriodicScheduler(
+                redis, keys, declared=self.app.declared_periodic(name),
+                max_payload_bytes=self.app.settings.max_payload_bytes, stopping=self._stop_taking,
+            )  # fmt: skip
+            promoter.on_wake(periodic.wake)
+            self._background.append(self._spawn(periodic.run()))
 
     async def run(self, *, handle_signals: bool = False) -> None:
         """Run until stop() is requested (or a signal arrives, or burst mode drains)."""
@@ -226,7 +221,7 @@ class Worker:
         for consumer in self._consumers:
             consumer.interrupt()
         for promoter in self._promoters:
-            promoter.interrupt()
+            promoter.interrupt()  # wakes its periodic scheduler too
         await self._wake_blocked_waits()
         await asyncio.gather(*self._fetchers, return_exceptions=True)
         await self._finish_running_jobs()

@@ -29,7 +29,8 @@ from .errors import (
     UnknownTask,
 )
 from .job import ErrorInfo, Job, JobInfo, JobStatus
-from .queue import EnqueueCall, JobOptions, Queue, QueueCounts
+from .periodic import Periodic
+from .queue import EnqueueCall, JobOptions, Queue, QueueCounts, ScheduledJob
 from .task import Task, TaskOptions
 from .worker import Worker
 
@@ -56,10 +57,12 @@ __all__ = [
     "JobStatus",
     "LeaseLost",
     "PayloadTooLarge",
+    "Periodic",
     "Queue",
     "QueueCounts",
     "ResultTimeout",
     "Retry",
+    "ScheduledJob",
     "SerializationError",
     "ServerUnavailable",
     "Task",

@@ -24,6 +24,7 @@ from .errors import (
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+    from datetime import datetime, timedelta
 
 R = TypeVar("R")
 R_co = TypeVar("R_co", covariant=True)
@@ -189,6 +190,10 @@ class JobSource(Protocol):
 
     async def cancel(self, job_id: str) -> bool: ...
 
+    async def reschedule(
+        self, job_id: str, *, delay: float | timedelta | None = None, at: datetime | None = None
+    ) -> bool: ...
+
 
 class Job(Generic[R_co]):
     """A handle on one enqueued job: ask its status, wait for its result, cancel it."""
@@ -221,6 +226,12 @@ class Job(Generic[R_co]):
     async def cancel(self) -> bool:
         """Cancel the job, or abort it if it is running (see ``Queue.cancel``)."""
         return await self._source.cancel(self.id)
+
+    async def reschedule(
+        self, *, delay: float | timedelta | None = None, at: datetime | None = None
+    ) -> bool:
+        """Move the job to a new time if it is scheduled; False if it is not."""
+        return await self._source.reschedule(self.id, delay=delay, at=at)
 
     async def result(self, timeout: float | None = None, *, poll_interval: float = 0.05) -> R_co:
         """Wait for the job to finish and return its result, or raise its error.

@@ -193,6 +193,25 @@ class Queue:
         )
         return outcome in ("cancelled", "aborting")
 
+    async def reschedule(
+        self, job_id: str, *, delay: float | timedelta | None = None, at: datetime | None = None
+    ) -> bool:
+        """Move a scheduled job to a new time (O(log n)); False if it is not scheduled."""
+        when = JobOptions(delay=delay, at=at)
+        outcome, _ = await scripts.reschedule(
+            await self._host.client(), self.keys, job_id,
+            delay_ms=when.delay_ms(), due_ms=when.due_ms(),
+        )  # fmt: skip
+        return outcome == "rescheduled"
+
+    async def scheduled(self, *, limit: int = 100, offset: int = 0) -> list[ScheduledJob]:
+        """Scheduled jobs in due order (O(log n + limit), no scan of the schedule)."""
+        redis = await self._host.client()
+        entries: list[tuple[bytes, float]] = await redis.zrange(  # type: ignore[assignment]
+            self.keys.schedule, offset, offset + limit - 1, withscores=True
+        )
+        return [ScheduledJob(raw.decode("utf-8", "replace"), int(due)) for raw, due in entries]
+
     async def counts(self) -> QueueCounts:
         """How many jobs are ready, scheduled, active and dead (one round trip)."""
         redis = await self._host.client()
@@ -247,6 +266,12 @@ class Queue:
     async def purge_dead(self, job_ids: Sequence[str] = (), *, limit: int = 1000) -> int:
         """Delete dead jobs (these ids, or the oldest ``limit``); returns how many."""
         return await scripts.purge(await self._host.client(), self.keys, job_ids, limit=limit)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledJob:
+    id: str
+    due_ms: int  # epoch ms, Redis clock
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,8 +50,20 @@ _EXTEND = Script("extend")
 _CANCEL = Script("cancel")
 _REQUEUE = Script("requeue")
 _PURGE = Script("purge")
+_RESCHEDULE = Script("reschedule")
 
-ALL_SCRIPTS = (_ENQUEUE, _TAKE, _ACK, _PROMOTE, _RECLAIM, _EXTEND, _CANCEL, _REQUEUE, _PURGE)
+ALL_SCRIPTS = (
+    _ENQUEUE,
+    _TAKE,
+    _ACK,
+    _PROMOTE,
+    _RECLAIM,
+    _EXTEND,
+    _CANCEL,
+    _REQUEUE,
+    _PURGE,
+    _RESCHEDULE,
+)
 
 
 async def load_all(redis: Redis) -> None:
@@ -270,6 +282,19 @@ async def cancel(
     codes: dict[int, CancelCode] = {1: "cancelled", 2: "aborting", 0: "too_late", -1: "not_found"}
     outcome = codes[int(code)]
     return outcome, _text(state)
+
+
+RescheduleCode = Literal["rescheduled", "not_scheduled", "not_found"]
+
+
+async def reschedule(
+    redis: Redis, keys: QueueKeys, job_id: str, *, delay_ms: int, due_ms: int
+) -> tuple[RescheduleCode, str]:
+    code, state = await _RESCHEDULE(
+        redis, [keys.job(job_id), keys.schedule, keys.schedule_wake], [job_id, delay_ms, due_ms]
+    )
+    codes: dict[int, RescheduleCode] = {1: "rescheduled", 0: "not_scheduled", -1: "not_found"}
+    return codes[int(code)], _text(state)
 
 
 @dataclass(frozen=True, slots=True)

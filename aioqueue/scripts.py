@@ -215,7 +215,17 @@ async def ack(
 class Promoted:
     count: int
     next_due_ms: int | None
-    now_ms: int
+    now_us: int  # Redis clock, microseconds
+
+    @property
+    def now_ms(self) -> int:
+        return self.now_us // 1000
+
+    def seconds_until_next(self) -> float | None:
+        """Exact time to sleep until the next due job, by the Redis clock."""
+        if self.next_due_ms is None:
+            return None
+        return (self.next_due_ms * 1000 - self.now_us) / 1_000_000
 
 
 async def promote(redis: Redis, keys: QueueKeys, *, limit: int) -> Promoted:

@@ -12,13 +12,16 @@ KEYS[5]      seq         STRING counter for minted ids
 KEYS[6..15]  ready       LIST  ready lists of priorities 0..9
 ARGV[1] limit     max jobs per call (bounds run time and unpack())
 
-Returns {promoted, next_due_ms, now_ms}; next_due_ms is -1 when the schedule is empty.
+Returns {promoted, next_due_ms, now_us}; next_due_ms is -1 when the schedule is empty.
+now_us is the Redis clock in microseconds, so the caller can sleep to the exact due time
+(rounding now down to whole ms would make every sleep up to a millisecond too long).
 ]]
 local schedule, notify, job_prefix, dead, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local limit = tonumber(ARGV[1])
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
 
 local due = redis.call('ZRANGEBYSCORE', schedule, '-inf', now, 'LIMIT', 0, limit)
 local promoted = 0
@@ -48,4 +51,4 @@ if #due > 0 then
 end
 
 local head = redis.call('ZRANGE', schedule, 0, 0, 'WITHSCORES')
-return {promoted, tonumber(head[2] or -1), now}
+return {promoted, tonumber(head[2] or -1), now_us}

@@ -29,6 +29,7 @@ from .errors import (
     UnknownTask,
 )
 from .job import ErrorInfo, Job, JobInfo, JobStatus
+from .middleware import JobContext, current_job
 from .periodic import Periodic
 from .queue import EnqueueCall, JobOptions, Queue, QueueCounts, ScheduledJob
 from .task import Task, TaskOptions
@@ -49,6 +50,7 @@ __all__ = [
     "InvalidArguments",
     "Job",
     "JobCancelled",
+    "JobContext",
     "JobError",
     "JobFailed",
     "JobInfo",
@@ -70,4 +72,5 @@ __all__ = [
     "UnknownTask",
     "Worker",
     "__version__",
+    "current_job",
 ]

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
     from types import TracebackType
 
+    from .middleware import LifecycleHook, Middleware
     from .worker import Worker
 
 P = ParamSpec("P")
@@ -68,6 +69,9 @@ class App:
         )
         self._tasks: dict[str, Task[..., Any]] = {}
         self._periodic: dict[str, Periodic] = {}
+        self.middleware_stack: list[Middleware] = []
+        self.startup_hooks: list[LifecycleHook] = []
+        self.shutdown_hooks: list[LifecycleHook] = []
         self._queues: dict[str, Queue] = {}
         self._client: Redis | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
@@ -131,6 +135,26 @@ class App:
             return registered
 
         return register(fn) if fn is not None else _TaskDecorator(register)
+
+    # -- middleware and lifecycle hooks ----------------------------------------------------
+
+    def middleware(self, layer: Middleware) -> Middleware:
+        """Decorator: ``async def mw(job, call_next)`` runs around every job of this app
+        (the first registered is outermost). Return ``await call_next()`` (or change it)."""
+        self.middleware_stack.append(layer)
+        return layer
+
+    def on_startup(self, hook: LifecycleHook) -> LifecycleHook:
+        """Decorator: ``async def hook(state)`` runs when a worker starts, before any job;
+        put shared resources in ``state``; handlers reach it as ``current_job().state``."""
+        self.startup_hooks.append(hook)
+        return hook
+
+    def on_shutdown(self, hook: LifecycleHook) -> LifecycleHook:
+        """Decorator: ``async def hook(state)`` runs when a worker has stopped (close what
+        startup opened), in reverse order of registration."""
+        self.shutdown_hooks.append(hook)
+        return hook
 
     # -- periodic jobs -------------------------------------------------------------------
 

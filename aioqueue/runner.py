@@ -12,20 +12,30 @@ import functools
 import inspect
 import logging
 import traceback
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio.to_thread
 
 from .errors import Retry, SerializationError
 from .job import Payload, PayloadError, encode_error, encode_result
+from .middleware import CallNext, JobContext, Middleware, call_hooks, enter_job, wrap
 from .scripts import Settlement, Taken
 from .task import Task
 
 logger = logging.getLogger(__name__)
 
 TaskLookup = Callable[[str], Task[..., Any] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnv:
+    """What every job of a worker runs with."""
+
+    find_task: TaskLookup
+    middleware: Sequence[Middleware] = ()
+    state: dict[str, Any] = field(default_factory=dict)
 
 
 class HandlerTimeout(TimeoutError):
@@ -46,6 +56,7 @@ class RunningJob:
     """One job in flight, as the worker and its watchdog see it."""
 
     taken: Taken
+    queue: str
     task: Task[..., Any] | None = None
     timeout: float | None = None
     deadline: float | None = None  # event-loop time after which the watchdog steps in
@@ -63,14 +74,14 @@ class RunningJob:
         return _failed(self.taken, self.task, error)
 
 
-async def run_job(job: RunningJob, find_task: TaskLookup) -> Settlement:
+async def run_job(job: RunningJob, env: RunEnv) -> Settlement:
     """Run one taken job to its Settlement. Cancellation propagates to the caller."""
     taken = job.taken
     try:
         payload = Payload.decode(taken.payload)
     except PayloadError as exc:
         return _bury(taken, "PayloadError", str(exc))
-    task = find_task(payload.task)
+    task = env.find_task(payload.task)
     if task is None:
         return _bury(taken, "UnknownTask", f"unknown task {payload.task!r}: no handler registered")
     try:
@@ -81,21 +92,55 @@ async def run_job(job: RunningJob, find_task: TaskLookup) -> Settlement:
     job.task, job.timeout = task, timeout
     if timeout is not None:
         job.deadline = asyncio.get_running_loop().time() + timeout
+    context = JobContext(
+        taken.job_id, job.queue, task.name, taken.attempts,
+        taken.max_attempts or task.options.max_attempts, env.state,
+    )  # fmt: skip
+    enter_job(context)
+    call = _handler_call(task, payload)
+    if env.middleware:
+        call = wrap(env.middleware, context, call)
     try:
-        result = await _call(task, payload, timeout)
+        result = await _call(task, call, timeout)
         data = encode_result(result)
     except asyncio.CancelledError as exc:
         if _cancelled_from_outside():
             raise  # shutdown or abort: the worker decides what happens to the job
-        return _failed(taken, task, exc)  # the handler raised it itself
+        return await _after(task, context, _failed(taken, task, exc), exc)  # raised by itself
     except SerializationError as exc:
-        return _bury(taken, "SerializationError", str(exc))
+        return await _after(task, context, _bury(taken, "SerializationError", str(exc)), exc)
     except BaseException as exc:
-        return _failed(taken, task, exc)
-    return Settlement(taken.id, taken.lease, "complete", data)
+        return await _after(task, context, _failed(taken, task, exc), exc)
+    return await _after(task, context, Settlement(taken.id, taken.lease, "complete", data), result)
 
 
-async def _call(task: Task[..., Any], payload: Payload, timeout: float | None) -> Any:
+async def _after(
+    task: Task[..., Any], context: JobContext, settlement: Settlement, outcome: Any
+) -> Settlement:
+    """Run the task's hooks for this outcome (cheap when it has none)."""
+    hooks = task.hooks
+    if not hooks:
+        return settlement
+    if settlement.outcome == "complete":
+        await call_hooks(hooks.success, context, outcome)
+        return settlement
+    error = outcome.original if isinstance(outcome, _Escaped) else outcome
+    await call_hooks(hooks.failure, context, error)
+    if settlement.outcome == "retry":
+        await call_hooks(hooks.retry, context, error, settlement.delay_ms / 1000)
+    else:
+        await call_hooks(hooks.dead, context, error)
+    return settlement
+
+
+def _handler_call(task: Task[..., Any], payload: Payload) -> CallNext:
+    async def call() -> Any:
+        return await _invoke(task, payload)
+
+    return call
+
+
+async def _call(task: Task[..., Any], call: CallNext, timeout: float | None) -> Any:
     """Call the handler; enforce the timeout even when the handler defeats cancellation.
 
     ``asyncio.timeout`` is what ``wait_for`` is built on (3.12), without an extra task per
@@ -105,9 +150,9 @@ async def _call(task: Task[..., Any], payload: Payload, timeout: float | None) -
     loop = asyncio.get_running_loop()
     started = loop.time()
     if timeout is None:
-        return await _invoke(task, payload)
+        return await call()
     async with asyncio.timeout(timeout) as scope:
-        result = await _invoke(task, payload)
+        result = await call()
     if scope.expired() or loop.time() - started > timeout:
         raise HandlerTimeout(
             f"{task.name} ran {loop.time() - started:.3f}s, over its {timeout}s timeout "

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 from .backoff import Backoff, Exponential
 from .errors import ConfigError
 from .keys import validate_name
+from .middleware import FailureHook, RetryHook, SuccessHook, TaskHooks
 from .priorities import DEFAULT_PRIORITY, resolve_priority
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ class Task(Generic[P, R]):
     ParamSpec); per-call options go on the returned call: ``.options(delay=60)``.
     """
 
-    __slots__ = ("_queue_for", "fn", "is_async", "options", "signature")
+    __slots__ = ("_queue_for", "fn", "hooks", "is_async", "options", "signature")
 
     def __init__(
         self,
@@ -63,6 +64,7 @@ class Task(Generic[P, R]):
         self.options = options
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn)
+        self.hooks = TaskHooks()
         self._queue_for = queue_for
 
     @property
@@ -83,6 +85,26 @@ class Task(Generic[P, R]):
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueCall[R]:
         """Queue one run of this task on its queue; await the result for a Job handle."""
         return self._queue_for(self.options.queue).enqueue(self, *args, **kwargs)
+
+    def on_success(self, hook: SuccessHook) -> SuccessHook:
+        """Decorator: ``hook(job, result)`` after each successful run."""
+        self.hooks.success.append(hook)
+        return hook
+
+    def on_failure(self, hook: FailureHook) -> FailureHook:
+        """Decorator: ``hook(job, error)`` after each failed attempt (retried or not)."""
+        self.hooks.failure.append(hook)
+        return hook
+
+    def on_retry(self, hook: RetryHook) -> RetryHook:
+        """Decorator: ``hook(job, error, delay_seconds)`` when a failed attempt will retry."""
+        self.hooks.retry.append(hook)
+        return hook
+
+    def on_dead(self, hook: FailureHook) -> FailureHook:
+        """Decorator: ``hook(job, error)`` when the job fails for good (dead or failed)."""
+        self.hooks.dead.append(hook)
+        return hook
 
     def check_arguments(self, args: Any, kwargs: Any) -> None:
         """Raise TypeError when the handler cannot take these arguments."""

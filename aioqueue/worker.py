@@ -25,7 +25,7 @@ from .aborts import AbortListener
 from .consumer import QueueConsumer, Slots
 from .job import encode_error
 from .leases import LeaseKeeper
-from .runner import RunningJob, run_job
+from .runner import RunEnv, RunningJob, run_job
 from .scheduler import PeriodicScheduler, Promoter
 from .scripts import Settlement, Taken
 from .settings import WorkerSettings
@@ -89,6 +89,7 @@ class Worker:
         )
         self.id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self.outcomes: Counter[str] = Counter()  # settlements by outcome, for logs and tests
+        self.state: dict[str, Any] = {}  # shared resources from the app's startup hooks
         self._consumers: list[QueueConsumer] = []
         self._promoters: list[Promoter] = []
         self._running: dict[asyncio.Task[None], RunningJob] = {}
@@ -120,6 +121,9 @@ class Worker:
             raise RuntimeError("a Worker can be started once")
         self._started = True
         redis = await self.app.client()
+        for hook in self.app.startup_hooks:
+            await hook(self.state)
+        self._env = RunEnv(self.app.find_task, tuple(self.app.middleware_stack), self.state)
         settings, app_settings = self.settings, self.app.settings
         self._slots = Slots(settings.concurrency)
         for name in settings.queues:
@@ -231,6 +235,11 @@ class Worker:
         self._closed.set()
         await self._wake_abort_listener()
         await asyncio.gather(*self._background, return_exceptions=True)
+        for hook in reversed(self.app.shutdown_hooks):
+            try:
+                await hook(self.state)
+            except Exception:
+                logger.exception("shutdown hook %r failed", getattr(hook, "__name__", hook))
         logger.info("worker %s stopped: %s", self.id, dict(self.outcomes))
 
     async def _wake_blocked_waits(self) -> None:
@@ -287,7 +296,7 @@ class Worker:
     # -- jobs ----------------------------------------------------------------------------
 
     def _start_job(self, consumer: QueueConsumer, taken: Taken) -> None:
-        job = RunningJob(taken)
+        job = RunningJob(taken, consumer.keys.name)
         task = asyncio.get_running_loop().create_task(self._execute(consumer, job))
         self._running[task] = job
         self._consumer_of[task] = consumer
@@ -296,7 +305,7 @@ class Worker:
     async def _execute(self, consumer: QueueConsumer, job: RunningJob) -> None:
         taken = job.taken
         try:
-            settlement = await run_job(job, self.app.find_task)
+            settlement = await run_job(job, self._env)
         except asyncio.CancelledError:
             if job.aborted:  # cancel() of a running job: it ends cancelled, not retried
                 settlement = Settlement(taken.id, taken.lease, "abort", _ABORTED)

@@ -75,6 +75,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--burst", action="store_true", help="exit once nothing is ready, running or due"
     )
 
+    check = commands.add_parser(
+        "check", help="exit 1 unless every queue has a live worker (for health probes)"
+    )
+    check.add_argument("target", help="module:app")
+    check.add_argument("--redis-url")
+    check.add_argument(
+        "-q",
+        "--queue",
+        action="append",
+        dest="queues",
+        help="a queue to check (repeatable; default: every queue of the app)",
+    )
+
     dead = commands.add_parser("dead", help="inspect and requeue dead jobs")
     dead.add_argument("action", choices=["ls", "show", "requeue", "purge"])
     dead.add_argument("target", help="module:app")
@@ -97,6 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             app.set_redis_url(args.redis_url)
         if args.command == "worker":
             return run_worker(app, args)
+        if args.command == "check":
+            return asyncio.run(run_check(app, args))
         return asyncio.run(run_dead(app, args))
     except AioqueueError as exc:
         logger.error("%s", exc)
@@ -179,6 +194,25 @@ def _run_processes(app: App, args: argparse.Namespace) -> int:
         signal.signal(sig, forward)
     codes = [child.wait() for child in children]
     return max(codes)
+
+
+# -- health ------------------------------------------------------------------------------
+
+
+async def run_check(app: App, args: argparse.Namespace) -> int:
+    """Print the live workers per queue; 0 if every queue has one, else 1."""
+    if not app.redis_url:
+        raise ConfigError(f"check needs a Redis URL (--redis-url or {ENV_REDIS_URL})")
+    healthy = True
+    try:
+        for name in args.queues or app.queue_names():
+            workers = await app.queue(name).workers()
+            healthy = healthy and bool(workers)
+            running = sum(int(worker.get("running", 0)) for worker in workers)
+            print(f"{name}: {len(workers)} live worker(s), {running} job(s) running")  # noqa: T201
+    finally:
+        await app.close()
+    return 0 if healthy else 1
 
 
 # -- dead letters ------------------------------------------------------------------------

@@ -14,6 +14,8 @@ Roles:
   job:<id>    HASH  the job record (fields below)
   seq         STRING counter for ids that scripts mint (poison entries)
   periodic    HASH  periodic spec name -> spec (JSON)
+  workers     SET   ids of workers that beat for this queue
+  worker:<w>  STRING a worker's heartbeat (JSON), expiring after three missed beats
   periodic:ticks HASH periodic spec name -> last tick enqueued (ms)
   aborts      pub/sub channel (not a key): ids of running jobs to abort
 
@@ -111,6 +113,13 @@ class QueueKeys:
     def ready_lists(self) -> list[str]:
         """Ready lists of priorities 0..9, in that order (scripts index them by priority)."""
         return [self.ready(p) for p in range(PRIORITY_LEVELS)]
+
+    @property
+    def workers(self) -> str:
+        return f"{self.base}:workers"
+
+    def worker(self, worker_id: str) -> str:
+        return f"{self.base}:worker:{worker_id}"
 
     def wake(self, worker_id: str) -> str:
         return f"{self.base}:wake:{worker_id}"

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
+import orjson
+
 from . import scripts
 from .errors import ConfigError, InvalidArguments
 from .job import Job, JobInfo, Payload
@@ -224,6 +226,20 @@ class Queue:
             replies = await pipe.execute()
         *ready, scheduled, active, dead = (int(n) for n in replies)
         return QueueCounts(sum(ready), scheduled, active, dead)
+
+    async def workers(self) -> list[dict[str, Any]]:
+        """Workers serving this queue whose heartbeat is fresh (id, host, pid, queues,
+        concurrency, running, started_at, beat_at); expired ids are pruned."""
+        redis = await self._host.client()
+        members: set[bytes] = await redis.smembers(self.keys.workers)  # type: ignore[assignment]
+        ids = sorted(raw.decode("utf-8", "replace") for raw in members)
+        if not ids:
+            return []
+        beats = await redis.mget([self.keys.worker(worker_id) for worker_id in ids])
+        dead = [worker_id for worker_id, beat in zip(ids, beats, strict=True) if beat is None]
+        if dead:
+            await redis.srem(self.keys.workers, *dead)
+        return [orjson.loads(beat) for beat in beats if beat is not None]
 
     # -- periodic jobs -----------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 
 from .aborts import AbortListener
 from .consumer import QueueConsumer, Slots
+from .health import Heartbeat
 from .job import encode_error
 from .leases import LeaseKeeper
 from .runner import RunEnv, RunningJob, run_job
@@ -148,7 +149,12 @@ class Worker:
             self._spawn(keeper.reclaim_loop()),
             self._spawn(Watchdog(self._running, self._abandon, self._closed).run()),
             self._spawn(self._aborts.run()),
-        ]
+            self._spawn(Heartbeat(
+                redis, [c.keys for c in self._consumers], worker_id=self.id,
+                concurrency=settings.concurrency, running=lambda: self.running,
+                stopping=self._closed,
+            ).run()),
+        ]  # fmt: skip
         if settings.burst:
             self._spawn(self._stop_when_drained())
         logger.info(

@@ -124,3 +124,24 @@ async def test_bad_target_is_a_clear_error(
     assert code == 2
     assert message in err
     assert "Traceback" not in err
+
+
+async def test_check_reports_live_workers_per_queue(
+    cli_env: dict[str, str], producer: aioqueue.App
+) -> None:
+    code, out, _ = await run_cli(["check", TARGET], env=cli_env)
+    assert code == 1 and "default: 0 live worker(s)" in out
+
+    async with producer.worker(queues=["default"]):
+        await wait_until(lambda: _has_live_worker(producer), timeout=5)
+        code, out, _ = await run_cli(["check", TARGET], env=cli_env)
+        assert code == 0 and "default: 1 live worker(s)" in out
+        [info] = await producer.queue().workers()
+        assert info["queues"] == ["default"] and info["pid"] == os.getpid()
+
+    assert await producer.queue().workers() == []  # a clean stop removes the heartbeat
+    await producer.close()
+
+
+async def _has_live_worker(app: aioqueue.App) -> bool:
+    return bool(await app.queue().workers())

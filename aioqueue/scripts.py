@@ -51,19 +51,12 @@ _CANCEL = Script("cancel")
 _REQUEUE = Script("requeue")
 _PURGE = Script("purge")
 _RESCHEDULE = Script("reschedule")
+_TRIM_DEAD = Script("trim_dead")
 
 ALL_SCRIPTS = (
-    _ENQUEUE,
-    _TAKE,
-    _ACK,
-    _PROMOTE,
-    _RECLAIM,
-    _EXTEND,
-    _CANCEL,
-    _REQUEUE,
-    _PURGE,
-    _RESCHEDULE,
-)
+    _ENQUEUE, _TAKE, _ACK, _PROMOTE, _RECLAIM, _EXTEND, _CANCEL, _REQUEUE, _PURGE,
+    _RESCHEDULE, _TRIM_DEAD,
+)  # fmt: skip
 
 
 async def load_all(redis: Redis) -> None:
@@ -318,6 +311,13 @@ async def requeue(redis: Redis, keys: QueueKeys, job_ids: Sequence[str], *, limi
         redis, [keys.dead, keys.notify, keys.job_prefix, *keys.ready_lists()], [limit, *job_ids]
     )
     return Requeued(int(requeued), int(skipped))
+
+
+async def trim_dead(
+    redis: Redis, keys: QueueKeys, *, max_jobs: int, max_age_ms: int, limit: int
+) -> int:
+    """Delete the oldest dead jobs beyond ``max_jobs`` or older than ``max_age_ms``."""
+    return int(await _TRIM_DEAD(redis, [keys.dead, keys.job_prefix], [max_jobs, max_age_ms, limit]))
 
 
 async def purge(redis: Redis, keys: QueueKeys, job_ids: Sequence[str], *, limit: int) -> int:

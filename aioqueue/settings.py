@@ -38,6 +38,8 @@ class AppSettings:
     max_payload_bytes: int = 1024 * 1024
     result_ttl: float = 24 * 3600.0
     default_max_attempts: int = 3
+    dead_max_jobs: int = 100_000  # per queue; the oldest go first; 0 = no cap
+    dead_ttl: float = 30 * 24 * 3600.0  # seconds a dead job is kept; 0 = forever
     socket_timeout: float = 10.0
     connect_timeout: float = 5.0
     max_connections: int = 64
@@ -48,6 +50,8 @@ class AppSettings:
             raise ConfigError("max_payload_bytes must be positive")
         if self.result_ttl < 0:
             raise ConfigError("result_ttl must not be negative")
+        if self.dead_max_jobs < 0 or self.dead_ttl < 0:
+            raise ConfigError("dead_max_jobs and dead_ttl must not be negative")
         if self.default_max_attempts < 1:
             raise ConfigError("default_max_attempts must be at least 1")
         if self.socket_timeout <= 0 or self.connect_timeout <= 0:

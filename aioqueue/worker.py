@@ -26,6 +26,7 @@ from .consumer import QueueConsumer, Slots
 from .health import Heartbeat
 from .job import encode_error
 from .leases import LeaseKeeper
+from .retention import DeadLetterTrimmer
 from .runner import RunEnv, RunningJob, run_job
 from .scheduler import PeriodicScheduler, Promoter
 from .scripts import Settlement, Taken
@@ -149,6 +150,10 @@ class Worker:
             self._spawn(keeper.reclaim_loop()),
             self._spawn(Watchdog(self._running, self._abandon, self._closed).run()),
             self._spawn(self._aborts.run()),
+            self._spawn(DeadLetterTrimmer(
+                redis, [c.keys for c in self._consumers], max_jobs=app_settings.dead_max_jobs,
+                ttl_ms=int(app_settings.dead_ttl * 1000), stopping=self._closed,
+            ).run()),
             self._spawn(Heartbeat(
                 redis, [c.keys for c in self._consumers], worker_id=self.id,
                 concurrency=settings.concurrency, running=lambda: self.running,

@@ -9,6 +9,7 @@ import pytest
 from redis.asyncio import Redis
 
 import aioqueue
+from aioqueue import scripts
 from tests.helpers import run_until_idle
 
 
@@ -219,3 +220,31 @@ async def test_poison_entries_cannot_be_requeued(
     # Poison entries can be purged like any dead job.
     assert await queue.purge_dead(poison) == 2
     assert await queue.counts() == counts(ready=1)
+
+
+async def test_dead_set_retention_by_count_and_age(redis_url: str, prefix: str) -> None:
+    app = aioqueue.App(redis_url=redis_url, prefix=prefix, dead_max_jobs=3, dead_ttl=3600)
+
+    @app.task(retries=0)
+    async def doomed(n: int) -> None:
+        raise ValueError(n)
+
+    jobs = [await doomed.enqueue(n) for n in range(5)]
+    worker = await run_until_idle(app)  # buries all five; trims when it stops
+    assert worker.outcomes["bury"] == 5
+    queue = app.queue()
+    assert len(await queue.dead_jobs()) == 3
+    assert (await queue.counts()).dead == 3
+    kept = {info.id for info in await queue.dead_jobs()}
+    gone = [job.id for job in jobs if job.id not in kept]
+    assert [await queue.info(job_id) for job_id in gone] == [None, None], "with their records"
+
+    redis = await app.client()
+    oldest, *younger = sorted(kept)
+    await redis.zadd(queue.keys.dead, {oldest: 1})  # buried in 1970: past the age limit
+    trimmed = await scripts.trim_dead(
+        redis, queue.keys, max_jobs=3, max_age_ms=3_600_000, limit=100
+    )
+    assert trimmed == 1
+    assert {info.id for info in await queue.dead_jobs()} == set(younger)
+    await app.close()

@@ -52,6 +52,7 @@ LAYERS: dict[str, int] = {
     "worker": RUNTIME,
     "watchdog": RUNTIME,
     "aborts": RUNTIME,
+    "retention": RUNTIME,
     "health": RUNTIME,
     # edges
     "app": EDGE,

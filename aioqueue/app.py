@@ -54,7 +54,7 @@ class App:
         default_max_attempts: int = 3,
         dead_max_jobs: int = 100_000,
         dead_ttl: float = 30 * 24 * 3600.0,
-        socket_timeout: float = 10.0,
+        socket_timeout: float = 5.0,
         connect_timeout: float = 5.0,
         max_connections: int = 64,
     ) -> None:

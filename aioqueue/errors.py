@@ -14,6 +14,7 @@ AioqueueError
 │   └── ResultTimeout        job.result(timeout=...) ran out of time
 ├── LeaseLost                an ack arrived after the lease passed to another worker
 └── ServerUnavailable        no Redis server to talk to (none configured, none startable)
+    └── EnqueueUnconfirmed   Redis failed mid-enqueue; has .job_id: retry with that id
 
 Retry is deliberately not an AioqueueError: handlers raise it to ask for another
 attempt, and a broad ``except AioqueueError`` must not swallow it.
@@ -100,6 +101,19 @@ class LeaseLost(AioqueueError):
 
 class ServerUnavailable(AioqueueError):
     """No Redis server is configured and none could be started."""
+
+
+class EnqueueUnconfirmed(ServerUnavailable):
+    """Redis could not be reached (or did not answer) while enqueueing: the job may or
+    may not be in Redis. Enqueue is idempotent by id, so retrying with
+    ``.options(id=error.job_id)`` can never create a second job."""
+
+    def __init__(self, job_id: str, cause: BaseException) -> None:
+        super().__init__(
+            f"could not confirm that job {job_id} was enqueued ({cause!r}); "
+            f"retry with .options(id={job_id!r})"
+        )
+        self.job_id = job_id
 
 
 class Retry(Exception):

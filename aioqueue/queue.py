@@ -9,9 +9,11 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
 import orjson
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import scripts
-from .errors import ConfigError, InvalidArguments
+from .errors import ConfigError, EnqueueUnconfirmed, InvalidArguments
 from .job import Job, JobInfo, Payload
 from .keys import QueueKeys
 from .periodic import Periodic
@@ -162,7 +164,16 @@ class Queue:
         )
         max_attempts = options.max_attempts or (known.options.max_attempts if known else 0)
         job_id = options.id or uuid.uuid4().hex
-        result = await scripts.enqueue(
+        try:
+            result = await self._write(job_id, payload, priority, max_attempts, options)
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            raise EnqueueUnconfirmed(job_id, exc) from exc
+        return Job(self, job_id, created=result.created)
+
+    async def _write(
+        self, job_id: str, payload: bytes, priority: int, max_attempts: int, options: JobOptions
+    ) -> scripts.Enqueued:
+        return await scripts.enqueue(
             await self._host.client(),
             self.keys,
             job_id=job_id,
@@ -172,7 +183,6 @@ class Queue:
             delay_ms=options.delay_ms(),
             due_ms=options.due_ms(),
         )
-        return Job(self, job_id, created=result.created)
 
     async def info(self, job_id: str) -> JobInfo | None:
         """The job's record, or None if there is none (never enqueued, or expired)."""

@@ -40,7 +40,7 @@ class AppSettings:
     default_max_attempts: int = 3
     dead_max_jobs: int = 100_000  # per queue; the oldest go first; 0 = no cap
     dead_ttl: float = 30 * 24 * 3600.0  # seconds a dead job is kept; 0 = forever
-    socket_timeout: float = 10.0
+    socket_timeout: float = 5.0
     connect_timeout: float = 5.0
     max_connections: int = 64
 
@@ -75,6 +75,7 @@ class WorkerSettings:
     burst: bool = False
     idle_wait: float = 2.0  # BLPOP timeout; below socket_timeout so a wait never looks hung
     reclaim_interval: float = 5.0
+    loop_lag_warning: float = 1.0  # log the job that blocks the event loop this long
     priority_mode: PriorityMode = "strict"
     priority_weights: Mapping[int, float] | None = None
 

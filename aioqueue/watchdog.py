@@ -1,4 +1,5 @@
-"""The watchdog: settles jobs whose handler will not stop at its timeout.
+"""Watchdogs: one settles jobs whose handler will not stop at its timeout; the other
+logs which job blocks the event loop.
 
 ``asyncio.timeout`` cancels a handler once. A handler that swallows that cancellation and
 keeps waiting would otherwise hold its slot and lease forever. Checking once a second
@@ -10,6 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
+import threading
+import time
+import traceback
 from typing import TYPE_CHECKING
 
 from ._aio import wait_event
@@ -58,3 +63,55 @@ class Watchdog:
                 job.timeout,
             )  # fmt: skip
             self._abandon(task)
+
+
+class LoopLagMonitor:
+    """Logs when the event loop is blocked, naming the job whose code blocked it.
+
+    A coroutine stamps the time every ``interval``; a daemon thread notices when the stamp
+    goes stale (the loop is stuck in somebody's synchronous code), reads which task the loop
+    is running and where the main thread is, and logs it once per stall.
+    """
+
+    def __init__(
+        self,
+        running: Mapping[asyncio.Task[None], RunningJob],
+        *,
+        threshold: float = 1.0,
+        interval: float = 0.1,
+    ) -> None:
+        self._running = running
+        self._threshold, self._interval = threshold, interval
+        self._stamp = time.monotonic()
+        self._done = threading.Event()
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        watcher = threading.Thread(
+            target=self._watch, args=(loop, threading.get_ident()), daemon=True,
+            name="aioqueue-loop-lag",
+        )  # fmt: skip
+        watcher.start()
+        try:
+            while not await wait_event(stopping, self._interval):
+                self._stamp = time.monotonic()
+        finally:
+            self._done.set()
+
+    def _watch(self, loop: asyncio.AbstractEventLoop, loop_thread: int) -> None:
+        reported = 0.0
+        while not self._done.wait(self._interval):
+            stamp = self._stamp
+            lag = time.monotonic() - stamp
+            if lag < self._threshold or stamp == reported:
+                continue
+            reported = stamp
+            task = asyncio.current_task(loop)
+            job = self._running.get(task) if task is not None else None
+            frame = sys._current_frames().get(loop_thread)
+            where = "".join(traceback.format_stack(frame, limit=4)) if frame else "?"
+            logger.warning(
+                "event loop blocked for %.1fs so far by %s; it is at:\n%s", lag,
+                f"job {job.taken.job_id} ({job.task.name if job.task else '?'})" if job
+                else f"task {task!r}", where,
+            )  # fmt: skip

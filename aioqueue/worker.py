@@ -31,7 +31,7 @@ from .runner import RunEnv, RunningJob, run_job
 from .scheduler import PeriodicScheduler, Promoter
 from .scripts import Settlement, Taken
 from .settings import WorkerSettings
-from .watchdog import Watchdog
+from .watchdog import LoopLagMonitor, Watchdog
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -76,6 +76,7 @@ class Worker:
         reclaim_interval: float = 5.0,
         priority_mode: PriorityMode = "strict",
         priority_weights: Mapping[int, float] | None = None,
+        loop_lag_warning: float = 1.0,
     ) -> None:
         self.app = app
         self.settings = WorkerSettings(
@@ -88,6 +89,7 @@ class Worker:
             reclaim_interval=reclaim_interval,
             priority_mode=priority_mode,
             priority_weights=priority_weights,
+            loop_lag_warning=loop_lag_warning,
         )
         self.id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self.outcomes: Counter[str] = Counter()  # settlements by outcome, for logs and tests
@@ -149,6 +151,11 @@ class Worker:
             self._spawn(keeper.renew_loop()),
             self._spawn(keeper.reclaim_loop()),
             self._spawn(Watchdog(self._running, self._abandon, self._closed).run()),
+            self._spawn(
+                LoopLagMonitor(self._running, threshold=settings.loop_lag_warning).run(
+                    self._closed
+                )
+            ),
             self._spawn(self._aborts.run()),
             self._spawn(DeadLetterTrimmer(
                 redis, [c.keys for c in self._consumers], max_jobs=app_settings.dead_max_jobs,

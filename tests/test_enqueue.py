@@ -368,3 +368,19 @@ async def test_cancel_is_refused_once_the_job_finished(app: aioqueue.App) -> Non
     assert await job.cancel() is False
     assert await job.result(timeout=1) == "done"
     assert await app.queue("q").job("never-enqueued").cancel() is False
+
+
+async def test_unreachable_redis_is_a_clear_error_with_the_job_id() -> None:
+    from aioqueue.embedded import free_loopback_port
+
+    app = aioqueue.App(redis_url=f"redis://127.0.0.1:{free_loopback_port()}/0", connect_timeout=0.2)
+
+    @app.task
+    async def noop() -> None: ...
+
+    with pytest.raises(aioqueue.EnqueueUnconfirmed) as raised:
+        await noop.enqueue().options(id="order-42")
+    assert raised.value.job_id == "order-42"
+    assert "retry with .options(id='order-42')" in str(raised.value)
+    assert isinstance(raised.value, aioqueue.ServerUnavailable)
+    await app.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 from collections import Counter
@@ -484,3 +485,19 @@ async def test_burst_worker_does_not_strand_a_retried_job(
     assert take_calls >= 2
     assert worker.outcomes == {"retry": 1, "complete": 1}
     assert await job.status() is aioqueue.JobStatus.COMPLETE
+
+
+async def test_a_job_blocking_the_event_loop_is_named_in_the_log(
+    app: aioqueue.App, caplog: pytest.LogCaptureFixture
+) -> None:
+    @app.task(timeout=30)
+    async def hog() -> None:
+        time.sleep(0.6)  # noqa: ASYNC251 - blocking the loop is the point
+
+    job = await hog.enqueue()
+    with caplog.at_level(logging.WARNING, logger="aioqueue.watchdog"):
+        await run_until_idle(app, loop_lag_warning=0.2)
+    blocked = [r.getMessage() for r in caplog.records if "event loop blocked" in r.getMessage()]
+    assert blocked, "the stall was not reported"
+    assert f"job {job.id} (hog)" in blocked[0]
+    assert "time.sleep(0.6)" in blocked[0]

@@ -6,14 +6,9 @@ import asyncio
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
-from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.retry import Retry as RedisRetry
-from redis.backoff import ExponentialWithJitterBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
 from . import scripts
 from .backoff import Backoff, Exponential
+from .connection import Clients, make_clients
 from .errors import ConfigError, ServerUnavailable
 from .periodic import Missed, Periodic
 from .priorities import DEFAULT_PRIORITY, resolve_priority
@@ -25,15 +20,13 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
     from types import TracebackType
 
+    from redis.asyncio import Redis
+
     from .middleware import LifecycleHook, Middleware
     from .worker import Worker
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-# Every script aioqueue runs is safe to send twice (enqueue dedups by id, acks carry a
-# lease token), so a bounded retry after a dropped connection is safe and hides blips.
-_RETRIES = 3
 
 
 class App:
@@ -77,7 +70,7 @@ class App:
         self.startup_hooks: list[LifecycleHook] = []
         self.shutdown_hooks: list[LifecycleHook] = []
         self._queues: dict[str, Queue] = {}
-        self._client: Redis | None = None
+        self._clients: Clients | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
         self._url_override: str | None = None
 
@@ -284,42 +277,36 @@ class App:
     def set_redis_url(self, url: str | None) -> None:
         """Point the app at a server chosen at run time (the CLI's embedded server);
         None goes back to the constructor's URL or the environment."""
-        if self._client is not None:
+        if self._clients is not None:
             raise ConfigError("set_redis_url() must be called while the app is not connected")
         self._url_override = url
 
     async def client(self) -> Redis:
         """The app's Redis client for the running event loop (created on first use)."""
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            self._client = self._make_client()
-            self._client_loop = loop
-            await scripts.load_all(self._client)
-        return self._client
+        return (await self._connect()).shared
 
-    def _make_client(self) -> Redis:
-        url = self.redis_url
-        if not url:
-            raise ServerUnavailable(f"no Redis URL: pass App(redis_url=...) or set {ENV_REDIS_URL}")
-        s = self.settings
-        pool = BlockingConnectionPool.from_url(
-            url,
-            max_connections=s.max_connections,
-            timeout=s.connect_timeout + s.socket_timeout,  # wait for a free connection
-            socket_timeout=s.socket_timeout,
-            socket_connect_timeout=s.connect_timeout,
-            retry=RedisRetry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), _RETRIES),
-            retry_on_error=[RedisConnectionError, RedisTimeoutError],
-            decode_responses=False,  # job bytes need not be UTF-8; never destroy them
-            **_no_maintenance_handshake(),
-        )
-        return Redis.from_pool(pool)  # the client owns the pool and closes it
+    async def internal_client(self) -> Redis:
+        """The client for aioqueue's own bounded traffic (enqueues, worker loops)."""
+        return (await self._connect()).internal
+
+    async def _connect(self) -> Clients:
+        loop = asyncio.get_running_loop()
+        if self._clients is None or self._client_loop is not loop:
+            url = self.redis_url
+            if not url:
+                raise ServerUnavailable(
+                    f"no Redis URL: pass App(redis_url=...) or set {ENV_REDIS_URL}"
+                )
+            self._clients = make_clients(url, self.settings)
+            self._client_loop = loop
+            await scripts.load_all(self._clients.internal)
+        return self._clients
 
     async def close(self) -> None:
-        """Close the Redis client (and its connections)."""
-        client, self._client, self._client_loop = self._client, None, None
-        if client is not None:
-            await client.aclose()
+        """Close the Redis clients (and their connections)."""
+        clients, self._clients, self._client_loop = self._clients, None, None
+        if clients is not None:
+            await clients.aclose()
 
     async def __aenter__(self) -> App:
         await self.client()
@@ -332,16 +319,6 @@ class App:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
-
-
-def _no_maintenance_handshake() -> dict[str, Any]:
-    """redis-py 8 sends CLIENT MAINT_NOTIFICATIONS on every new connection (Redis Enterprise
-    only; Redis 7 rejects it): one wasted round trip per connection. Older versions lack it."""
-    try:
-        from redis.maint_notifications import MaintNotificationsConfig
-    except ImportError:
-        return {}
-    return {"maint_notifications_config": MaintNotificationsConfig(enabled=False)}
 
 
 class _TaskDecorator:

@@ -108,12 +108,14 @@ class EnqueueUnconfirmed(ServerUnavailable):
     may not be in Redis. Enqueue is idempotent by id, so retrying with
     ``.options(id=error.job_id)`` can never create a second job."""
 
-    def __init__(self, job_id: str, cause: BaseException) -> None:
+    def __init__(self, job_ids: list[str], cause: BaseException) -> None:
+        what = f"job {job_ids[0]}" if len(job_ids) == 1 else f"{len(job_ids)} jobs"
         super().__init__(
-            f"could not confirm that job {job_id} was enqueued ({cause!r}); "
-            f"retry with .options(id={job_id!r})"
+            f"could not confirm that {what} was enqueued ({cause!r}); "
+            f"retry with .options(id={job_ids[0]!r})" + (" (and so on)" if len(job_ids) > 1 else "")
         )
-        self.job_id = job_id
+        self.job_id = job_ids[0]
+        self.job_ids = job_ids
 
 
 class Retry(Exception):

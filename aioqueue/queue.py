@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-import uuid
+import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
@@ -13,6 +13,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import scripts
+from .batching import EnqueueBatcher
 from .errors import ConfigError, EnqueueUnconfirmed, InvalidArguments
 from .job import Job, JobInfo, Payload
 from .keys import QueueKeys
@@ -21,7 +22,7 @@ from .priorities import DEFAULT_PRIORITY, resolve_priority
 from .task import Task
 
 if TYPE_CHECKING:
-    from collections.abc import Generator, Mapping, Sequence
+    from collections.abc import Generator, Iterable, Mapping, Sequence
 
     from redis.asyncio import Redis
 
@@ -40,6 +41,8 @@ class QueueHost(Protocol):
     def settings(self) -> AppSettings: ...
 
     async def client(self) -> Redis: ...
+
+    async def internal_client(self) -> Redis: ...
 
     def find_task(self, name: str) -> Task[..., Any] | None: ...
 
@@ -109,6 +112,13 @@ class EnqueueCall(Generic[R]):
         )
         return EnqueueCall(self._queue, self._task, self._args, self._kwargs, options)
 
+    def _prepare_for(self, queue: Queue) -> scripts.NewJob:
+        if self._queue is not queue:
+            raise ConfigError(
+                f"enqueue_many on queue {queue.name!r} got a job for {self._queue.name!r}"
+            )
+        return queue._prepare(self._task, self._args, self._kwargs, self._options)
+
     def __await__(self) -> Generator[Any, None, Job[R]]:
         return self._queue._submit(self._task, self._args, self._kwargs, self._options).__await__()
 
@@ -120,6 +130,7 @@ class Queue:
         self._host = host
         self.name = name
         self.keys = QueueKeys.for_queue(host.settings.prefix, name)
+        self._batcher = EnqueueBatcher(host.internal_client, self.keys)
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r})"
@@ -147,6 +158,34 @@ class Queue:
         kwargs: Mapping[str, Any],
         options: JobOptions,
     ) -> Job[R]:
+        new = self._prepare(task, args, kwargs, options)
+        try:
+            result = await self._batcher.submit(new)
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            raise EnqueueUnconfirmed([new.id], exc) from exc
+        return Job(self, new.id, created=result.created)
+
+    async def enqueue_many(self, calls: Iterable[EnqueueCall[Any]]) -> list[Job[Any]]:
+        """Bulk enqueue: ``await queue.enqueue_many(task.enqueue(x) for x in xs)``.
+
+        Every call is validated and encoded first (an error writes nothing); then all go
+        to Redis in one round trip, in script calls of up to 1,000 jobs, in order.
+        """
+        new = [call._prepare_for(self) for call in calls]
+        try:
+            results = await self._batcher.submit_many(new)
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            raise EnqueueUnconfirmed([job.id for job in new], exc) from exc
+        return [Job(self, job.id, created=r.created) for job, r in zip(new, results, strict=True)]
+
+    def _prepare(
+        self,
+        task: Task[..., Any] | str,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        options: JobOptions,
+    ) -> scripts.NewJob:
+        """Validate and encode one job; raise (writing nothing) on bad input."""
         name, known = (task.name, task) if isinstance(task, Task) else (task, None)
         known = known or self._host.find_task(name)
         if known is not None:
@@ -154,34 +193,17 @@ class Queue:
                 known.check_arguments(args, kwargs)
             except TypeError as exc:
                 raise InvalidArguments(f"task {name!r} cannot take these arguments: {exc}") from exc
-        settings = self._host.settings
         payload = Payload(name, list(args), dict(kwargs), options.timeout).encode(
-            settings.max_payload_bytes
+            self._host.settings.max_payload_bytes
         )
         default_priority = known.options.priority if known else DEFAULT_PRIORITY
         priority = resolve_priority(
             options.priority if options.priority is not None else default_priority
         )
         max_attempts = options.max_attempts or (known.options.max_attempts if known else 0)
-        job_id = options.id or uuid.uuid4().hex
-        try:
-            result = await self._write(job_id, payload, priority, max_attempts, options)
-        except (RedisConnectionError, RedisTimeoutError) as exc:
-            raise EnqueueUnconfirmed(job_id, exc) from exc
-        return Job(self, job_id, created=result.created)
-
-    async def _write(
-        self, job_id: str, payload: bytes, priority: int, max_attempts: int, options: JobOptions
-    ) -> scripts.Enqueued:
-        return await scripts.enqueue(
-            await self._host.client(),
-            self.keys,
-            job_id=job_id,
-            payload=payload,
-            priority=priority,
-            max_attempts=max_attempts,
-            delay_ms=options.delay_ms(),
-            due_ms=options.due_ms(),
+        job_id = options.id or os.urandom(16).hex()
+        return scripts.NewJob(
+            job_id, payload, priority, max_attempts, options.delay_ms(), options.due_ms()
         )
 
     async def info(self, job_id: str) -> JobInfo | None:

@@ -74,6 +74,66 @@ class Enqueued:
     state: str
 
 
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """One job for the enqueue script."""
+
+    id: str
+    payload: bytes
+    priority: int
+    max_attempts: int = 0
+    delay_ms: int = 0
+    due_ms: int = 0
+
+
+MAX_ENQUEUE_BATCH = 1000  # jobs per script call: bounds its run time and unpack()
+
+
+def _enqueue_args(jobs: Sequence[NewJob]) -> list[Arg]:
+    args: list[Arg] = [len(jobs)]
+    for job in jobs:
+        args += (job.id, job.payload, job.priority, job.max_attempts, job.delay_ms, job.due_ms)
+    return args
+
+
+def _enqueued(reply: Sequence[Any]) -> list[Enqueued]:
+    return [Enqueued(bool(reply[i]), _text(reply[i + 1])) for i in range(0, len(reply), 2)]
+
+
+def _enqueue_keys(keys: QueueKeys) -> list[str]:
+    return [
+        keys.notify, keys.schedule, keys.schedule_wake, keys.dead, keys.ticks, keys.job_prefix,
+        *keys.ready_lists(),
+    ]  # fmt: skip
+
+
+async def enqueue_many(redis: Redis, keys: QueueKeys, jobs: Sequence[NewJob]) -> list[Enqueued]:
+    """Write jobs in batches of MAX_ENQUEUE_BATCH per script call, all in one round trip."""
+    if len(jobs) <= MAX_ENQUEUE_BATCH:
+        return _enqueued(await _ENQUEUE(redis, _enqueue_keys(keys), _enqueue_args(jobs)))
+    return await _pipelined(redis, _ENQUEUE, _enqueue_keys(keys), [
+        _enqueue_args(jobs[start : start + MAX_ENQUEUE_BATCH])
+        for start in range(0, len(jobs), MAX_ENQUEUE_BATCH)
+    ])  # fmt: skip
+
+
+async def _pipelined(
+    redis: Redis, script: Script, keys: list[str], calls: list[list[Arg]]
+) -> list[Enqueued]:
+    for attempt in range(2):
+        try:
+            async with redis.pipeline(transaction=False) as pipe:
+                for args in calls:
+                    pipe.evalsha(script.sha, len(keys), *keys, *args)
+                replies = await pipe.execute()
+            return [item for reply in replies for item in _enqueued(reply)]
+        except NoScriptError:  # every call in it was refused: loading and resending is safe
+            if attempt:
+                raise
+            await redis.script_load(script.source)
+    raise AssertionError("unreachable")
+
+
 async def enqueue(
     redis: Redis,
     keys: QueueKeys,
@@ -87,23 +147,10 @@ async def enqueue(
     tick: tuple[str, int] | None = None,
 ) -> Enqueued:
     """Write one job; with ``tick`` (spec name, tick ms), only if that tick is new."""
-    args: list[Arg] = [job_id, payload, priority, max_attempts, delay_ms, due_ms]
+    args = _enqueue_args([NewJob(job_id, payload, priority, max_attempts, delay_ms, due_ms)])
     if tick is not None:
         args += tick
-    created, state = await _ENQUEUE(
-        redis,
-        [
-            keys.job(job_id),
-            keys.ready(priority),
-            keys.notify,
-            keys.schedule,
-            keys.schedule_wake,
-            keys.dead,
-            keys.ticks,
-        ],
-        args,
-    )
-    return Enqueued(bool(created), _text(state))
+    return _enqueued(await _ENQUEUE(redis, _enqueue_keys(keys), args))[0]
 
 
 # -- take / ack ----------------------------------------------------------------------

@@ -124,7 +124,7 @@ class Worker:
         if self._started:
             raise RuntimeError("a Worker can be started once")
         self._started = True
-        redis = await self.app.client()
+        redis = await self.app.internal_client()
         for hook in self.app.startup_hooks:
             await hook(self.state)
         self._env = RunEnv(self.app.find_task, tuple(self.app.middleware_stack), self.state)
@@ -264,7 +264,7 @@ class Worker:
         """Each queue has two BLPOPs (fetch, schedule) on this worker's wake list: push two
         tokens so they return now, without cancelling a redis-py call."""
         try:
-            redis = await self.app.client()
+            redis = await self.app.internal_client()
             async with redis.pipeline(transaction=False) as pipe:
                 for consumer in self._consumers:
                     pipe.rpush(consumer.wake_key, "stop", "stop")
@@ -275,7 +275,7 @@ class Worker:
 
     async def _wake_abort_listener(self) -> None:
         try:
-            redis = await self.app.client()
+            redis = await self.app.internal_client()
             await redis.publish(self._aborts.wake_channel, b"stop")
         except RedisError as exc:  # it then returns at its poll timeout
             logger.warning("could not wake the abort listener: %r", exc)

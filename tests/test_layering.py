@@ -44,6 +44,8 @@ LAYERS: dict[str, int] = {
     # Redis, thin over scripts
     "task": REDIS,
     "queue": REDIS,
+    "batching": REDIS,
+    "connection": REDIS,
     # runtime
     "runner": RUNTIME,
     "consumer": RUNTIME,

@@ -94,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     dead.add_argument("ids", nargs="*", help="job ids (show: one; requeue/purge: none = oldest)")
     dead.add_argument("--redis-url")
     dead.add_argument("-q", "--queue", help="the queue (default: the app's default queue)")
-    dead.add_argument("--limit", type=int, default=100)
+    dead.add_argument("--limit", type=int, default=100, help="at most this many (oldest first)")
+    dead.add_argument("--task", help="requeue/purge/ls: only dead jobs of this task")
+    dead.add_argument("--error-type", help="requeue/purge/ls: only those that died of this")
     return parser  # fmt: skip
 
 
@@ -225,7 +227,10 @@ async def run_dead(app: App, args: argparse.Namespace) -> int:
     try:
         if args.action == "ls":
             for info in await queue.dead_jobs(limit=args.limit):
-                print(_summary(info))  # noqa: T201 - the command's output
+                if args.task in (None, info.task) and args.error_type in (
+                    None, info.error.type if info.error else None,
+                ):  # fmt: skip
+                    print(_summary(info))  # noqa: T201 - the command's output
         elif args.action == "show":
             if len(args.ids) != 1:
                 raise ConfigError("show takes exactly one job id")
@@ -234,10 +239,14 @@ async def run_dead(app: App, args: argparse.Namespace) -> int:
                 raise ConfigError(f"no job {args.ids[0]!r} in queue {queue.name!r}")
             print(_details(found))  # noqa: T201
         elif args.action == "requeue":
-            count = await queue.requeue_dead(args.ids, limit=args.limit)
+            count = await queue.requeue_dead(
+                args.ids, task=args.task, error_type=args.error_type, limit=args.limit
+            )
             print(f"requeued {count} job(s)")  # noqa: T201
         else:
-            count = await queue.purge_dead(args.ids, limit=args.limit)
+            count = await queue.purge_dead(
+                args.ids, task=args.task, error_type=args.error_type, limit=args.limit
+            )
             print(f"purged {count} job(s)")  # noqa: T201
     finally:
         await app.close()

@@ -298,22 +298,60 @@ class Queue:
     async def dead_jobs(self, *, limit: int = 100, offset: int = 0) -> list[JobInfo]:
         """Dead jobs, oldest first, with their errors and raw bytes."""
         redis = await self._host.client()
-        ids: list[bytes] = await redis.zrange(self.keys.dead, offset, offset + limit - 1)  # type: ignore[assignment]
-        infos = []
-        for raw_id in ids:
-            info = await self.info(raw_id.decode("utf-8", "replace"))
-            if info is not None:
-                infos.append(info)
-        return infos
+        raw_ids: list[bytes] = await redis.zrange(self.keys.dead, offset, offset + limit - 1)  # type: ignore[assignment]
+        ids = [raw.decode("utf-8", "replace") for raw in raw_ids]
+        async with redis.pipeline(transaction=False) as pipe:  # one round trip for all
+            for job_id in ids:
+                pipe.hgetall(self.keys.job(job_id))
+            records: list[dict[bytes, bytes]] = await pipe.execute()
+        return [
+            JobInfo.from_record(job_id, self.name, record)
+            for job_id, record in zip(ids, records, strict=True)
+            if record and b"s" in record
+        ]
 
-    async def requeue_dead(self, job_ids: Sequence[str] = (), *, limit: int = 1000) -> int:
-        """Requeue dead jobs (these ids, or the oldest ``limit``); returns how many."""
-        result = await scripts.requeue(await self._host.client(), self.keys, job_ids, limit=limit)
+    async def requeue_dead(
+        self,
+        job_ids: Sequence[str] = (),
+        *,
+        task: str | None = None,
+        error_type: str | None = None,
+        limit: int = 1000,
+    ) -> int:
+        """Requeue dead jobs: these ids, or the oldest ``limit`` (those of ``task`` and/or
+        with ``error_type`` only, if given). Returns how many were requeued."""
+        ids = await self._select_dead(job_ids, task, error_type, limit)
+        if ids == []:
+            return 0
+        result = await scripts.requeue(await self._host.client(), self.keys, ids, limit=limit)
         return result.requeued
 
-    async def purge_dead(self, job_ids: Sequence[str] = (), *, limit: int = 1000) -> int:
-        """Delete dead jobs (these ids, or the oldest ``limit``); returns how many."""
-        return await scripts.purge(await self._host.client(), self.keys, job_ids, limit=limit)
+    async def purge_dead(
+        self,
+        job_ids: Sequence[str] = (),
+        *,
+        task: str | None = None,
+        error_type: str | None = None,
+        limit: int = 1000,
+    ) -> int:
+        """Delete dead jobs, chosen as for ``requeue_dead``. Returns how many."""
+        ids = await self._select_dead(job_ids, task, error_type, limit)
+        if ids == []:
+            return 0
+        return await scripts.purge(await self._host.client(), self.keys, ids, limit=limit)
+
+    async def _select_dead(
+        self, job_ids: Sequence[str], task: str | None, error_type: str | None, limit: int
+    ) -> Sequence[str]:
+        """The ids to act on; () means "the oldest ``limit``", left to the script."""
+        if job_ids or (task is None and error_type is None):
+            return job_ids
+        return [
+            info.id
+            for info in await self.dead_jobs(limit=limit)
+            if (task is None or info.task == task)
+            and (error_type is None or (info.error is not None and info.error.type == error_type))
+        ]
 
 
 @dataclass(frozen=True, slots=True)

@@ -248,3 +248,28 @@ async def test_dead_set_retention_by_count_and_age(redis_url: str, prefix: str) 
     assert trimmed == 1
     assert {info.id for info in await queue.dead_jobs()} == set(younger)
     await app.close()
+
+
+async def test_requeue_and_purge_filtered_by_task_and_error(app: aioqueue.App) -> None:
+    @app.task(retries=0)
+    async def fails_value() -> None:
+        raise ValueError("v")
+
+    @app.task(retries=0)
+    async def fails_key() -> None:
+        raise KeyError("k")
+
+    values = [await fails_value.enqueue() for _ in range(2)]
+    keys = [await fails_key.enqueue() for _ in range(2)]
+    await run_until_idle(app)
+    queue = app.queue()
+    assert (await queue.counts()).dead == 4
+
+    assert await queue.requeue_dead(error_type="KeyError") == 2
+    assert {job.id for job in keys} == {
+        job.id for job in keys if await job.status() is aioqueue.JobStatus.QUEUED
+    }
+    assert await queue.requeue_dead(task="no_such_task") == 0
+    assert await queue.purge_dead(task="fails_value") == 2
+    assert [await queue.info(job.id) for job in values] == [None, None]
+    assert (await queue.counts()).dead == 0

@@ -321,8 +321,8 @@ class Queue:
         """Requeue dead jobs: these ids, or the oldest ``limit`` (those of ``task`` and/or
         with ``error_type`` only, if given). Returns how many were requeued."""
         ids = await self._select_dead(job_ids, task, error_type, limit)
-        if ids == []:
-            return 0
+        if ids is None:
+            return 0  # a filter matched nothing
         result = await scripts.requeue(await self._host.client(), self.keys, ids, limit=limit)
         return result.requeued
 
@@ -336,22 +336,24 @@ class Queue:
     ) -> int:
         """Delete dead jobs, chosen as for ``requeue_dead``. Returns how many."""
         ids = await self._select_dead(job_ids, task, error_type, limit)
-        if ids == []:
-            return 0
+        if ids is None:
+            return 0  # a filter matched nothing
         return await scripts.purge(await self._host.client(), self.keys, ids, limit=limit)
 
     async def _select_dead(
         self, job_ids: Sequence[str], task: str | None, error_type: str | None, limit: int
-    ) -> Sequence[str]:
-        """The ids to act on; () means "the oldest ``limit``", left to the script."""
+    ) -> Sequence[str] | None:
+        """The ids to act on: () means "the oldest ``limit``" (the script picks them);
+        None means a filter matched nothing."""
         if job_ids or (task is None and error_type is None):
-            return job_ids
-        return [
+            return tuple(job_ids)
+        matching = [
             info.id
             for info in await self.dead_jobs(limit=limit)
             if (task is None or info.task == task)
             and (error_type is None or (info.error is not None and info.error.type == error_type))
         ]
+        return matching or None
 
 
 @dataclass(frozen=True, slots=True)

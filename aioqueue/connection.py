@@ -7,9 +7,10 @@ Two pools, because their traffic differs:
 - ``shared``: a blocking pool (waits for a free connection instead of raising) for
   user-driven calls whose concurrency aioqueue does not control (job.result(), info, admin).
 
-Every script aioqueue runs is safe to send twice (enqueue dedups by id, acks carry a lease
-token), so a bounded retry after a dropped connection is safe and hides blips. Responses stay
-bytes: job payloads need not be UTF-8, and decoding must never destroy them.
+Every script aioqueue runs is safe to send twice (an enqueue finds its own record, a take
+returns what the same lease token took, acks carry the lease token), so a bounded retry
+after a dropped connection is safe and hides blips. Responses stay bytes: job payloads
+need not be UTF-8, and decoding must never destroy them.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 MAX_ACK_BATCH = 500  # bounds one ack script's run time inside Redis
+MAX_TAKE = 1000  # jobs per take call, likewise
 RETRY_PAUSE = 0.5  # pause before retrying after a Redis error
 GIVE_UP_AFTER = 30.0  # at shutdown, stop retrying acks after this long without Redis
 
@@ -211,6 +212,9 @@ class QueueConsumer:
     async def _take(self, woken: bool) -> int | None:
         """Take up to the free slots; the number taken, or None after a Redis error."""
         free = self._slots.reserve_all()
+        if free > MAX_TAKE:
+            self._slots.release(free - MAX_TAKE)
+            free = MAX_TAKE
         self._take_calls += 1
         lease = f"{self._worker_id}:{self._take_calls}"
         try:

@@ -105,8 +105,8 @@ class ServerUnavailable(AioqueueError):
 
 class EnqueueUnconfirmed(ServerUnavailable):
     """Redis could not be reached (or did not answer) while enqueueing: the job may or
-    may not be in Redis. Enqueue is idempotent by id, so retrying with
-    ``.options(id=error.job_id)`` can never create a second job."""
+    may not be in Redis. An id is an idempotency key while its record exists (until its
+    result expires), so retrying with ``.options(id=error.job_id)`` cannot run it twice."""
 
     def __init__(self, job_ids: list[str], cause: BaseException) -> None:
         what = f"job {job_ids[0]}" if len(job_ids) == 1 else f"{len(job_ids)} jobs"

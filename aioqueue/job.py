@@ -7,6 +7,8 @@ with decoded JSON values. ``v`` versions the data format, separately from the Lu
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -86,6 +88,8 @@ class Payload:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise PayloadError(f"payload is not valid JSON: {exc}") from exc
+        if _LONG_NUMBER.search(raw):
+            _check_integers(raw)
         if not isinstance(body, dict):
             raise PayloadError("payload is not a JSON object")
         task, args, kwargs = body.get("t"), body.get("a", []), body.get("k", {})
@@ -95,6 +99,22 @@ class Payload:
         if timeout is not None and not isinstance(timeout, int | float):
             raise PayloadError("payload timeout is not a number")
         return cls(task, args, kwargs, timeout)
+
+
+# orjson reads an integer beyond 64 bits as a float, silently changing it. Such digits
+# are rare, so a cheap scan decides whether to re-read the payload strictly.
+_LONG_NUMBER = re.compile(rb"\d{20,}")
+_INT_RANGE = range(-(2**63), 2**64)
+
+
+def _check_integers(raw: bytes) -> None:
+    def strict_int(text: str) -> int:
+        value = int(text)
+        if value not in _INT_RANGE:
+            raise PayloadError(f"payload holds an integer beyond 64 bits: {text[:40]}")
+        return value
+
+    json.loads(raw, parse_int=strict_int)
 
 
 def encode_result(value: object) -> bytes:
@@ -203,7 +223,7 @@ class Job(Generic[R_co]):
     def __init__(self, source: JobSource, job_id: str, *, created: bool = True) -> None:
         self._source = source
         self.id = job_id
-        self.created = created  # False when enqueue found this id unfinished already
+        self.created = created  # False when enqueue found a job with this id already
 
     def __repr__(self) -> str:
         return f"Job(id={self.id!r}, queue={self._source.name!r})"

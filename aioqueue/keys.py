@@ -7,6 +7,7 @@ Roles:
   ready:<p>   LIST  job ids waiting to run, one list per priority level (0..9)
   notify      LIST  one token per ready job; idle workers BLPOP it
   wake:<w>    LIST  a worker's private wake-up list (BLPOPed together with notify)
+  take:<l>    LIST  ids one take call leased (so a resent take returns the same jobs)
   schedule    ZSET  job id -> due time (ms, Redis clock)
   schedule:wake LIST at most one token; wakes a poller when an earlier job is scheduled
   active      ZSET  job id -> lease deadline (ms, Redis clock)
@@ -120,6 +121,9 @@ class QueueKeys:
 
     def worker(self, worker_id: str) -> str:
         return f"{self.base}:worker:{worker_id}"
+
+    def taken(self, lease: str) -> str:
+        return f"{self.base}:take:{lease}"
 
     def wake(self, worker_id: str) -> str:
         return f"{self.base}:wake:{worker_id}"

@@ -102,7 +102,7 @@ def _enqueued(reply: Sequence[Any]) -> list[Enqueued]:
 
 def _enqueue_keys(keys: QueueKeys) -> list[str]:
     return [
-        keys.notify, keys.schedule, keys.schedule_wake, keys.dead, keys.ticks, keys.job_prefix,
+        keys.notify, keys.schedule, keys.schedule_wake, keys.ticks, keys.job_prefix,
         *keys.ready_lists(),
     ]  # fmt: skip
 
@@ -195,7 +195,15 @@ async def take(
         args += (priority, quota)
     reply = await _TAKE(
         redis,
-        [keys.active, keys.notify, keys.dead, keys.seq, keys.job_prefix, *keys.ready_lists()],
+        [
+            keys.active,
+            keys.notify,
+            keys.dead,
+            keys.seq,
+            keys.job_prefix,
+            *keys.ready_lists(),
+            keys.taken(lease),
+        ],
         args,
     )
     jobs = [

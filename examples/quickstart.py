@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import hashlib
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any
 
 import aioqueue
@@ -51,7 +52,7 @@ def resize_image(name: str, width: int, height: int, factor: int = 4) -> dict[st
 
 RECIPIENTS = ["ada@example.com", "grace@example.com", "linus@example.com"]
 IMAGES = [("cat.png", 640, 480), ("dog.png", 320, 240)]
-REPORT_ID = "nightly-report"
+REPORT_ID = f"nightly-report-{date.today():%Y-%m-%d}"  # one report a day
 
 
 @dataclass
@@ -72,8 +73,8 @@ async def run_demo() -> Demo:
             await resize_image.enqueue(name, width, height).options(priority="high")
             for name, width, height in IMAGES
         ]
-        # A job id of your own deduplicates: while the first job is unfinished, enqueueing
-        # the same id again adds nothing (job.created is False).
+        # A job id of your own is an idempotency key: while a job with that id exists
+        # (until its result expires), enqueueing it again adds nothing (job.created is False).
         report = send_email.enqueue("ops@example.com", subject="Nightly report")
         emails["ops@example.com"] = await report.options(id=REPORT_ID)
         again = await report.options(id=REPORT_ID)

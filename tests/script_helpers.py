@@ -57,8 +57,11 @@ async def take(
     *,
     woken: bool = False,
     result_ttl_ms: int = 30_000,
+    lease: str = "w:1",
 ) -> list[bytes]:
-    """Take up to ``limit`` jobs under lease ``"w:1"``; return their ids in the order taken.
+    """Take up to ``limit`` jobs under ``lease``; return their ids in the order taken.
+    A worker mints a new lease token per call: a second call with the same token is a
+    resend and returns the same jobs again.
 
     ``woken`` and ``result_ttl_ms`` (how long a skipped cancelled record is kept) go to
     ``scripts.take`` as they are.
@@ -66,7 +69,7 @@ async def take(
     result = await scripts.take(
         db,
         keys,
-        lease="w:1",
+        lease=lease,
         lease_ms=LEASE_MS,
         limit=limit,
         woken=woken,

@@ -178,20 +178,19 @@ async def test_purge_removes_dead_records(
         assert not await redis.exists(queue.keys.job(job_id))
 
 
-async def test_purge_spares_a_live_job_that_reused_a_dead_id(
+async def test_enqueueing_a_dead_id_returns_the_dead_job_and_requeue_revives_it(
     app: aioqueue.App, flaky: aioqueue.Task[[str], str], broken: Broken
 ) -> None:
-    """Enqueueing over a dead id once left the id in the dead set, and purge then deleted
-    the live job's record (its ready entry came back as a poison entry)."""
+    """An id is an idempotency key: enqueueing it again does not resurrect a dead job
+    (requeue_dead does), and nothing live is left for purge to delete by mistake."""
     await bury(app, flaky, "a")
     queue = app.queue("q")
     again = await flaky.enqueue("a").options(id="a")
-    assert again.created
-    assert await again.status() is aioqueue.JobStatus.QUEUED
-    assert await queue.counts() == counts(ready=1)
-    assert await queue.dead_jobs() == []
+    assert not again.created
+    assert await again.status() is aioqueue.JobStatus.DEAD
+    assert await queue.counts() == counts(dead=1)
 
-    await queue.purge_dead()
+    assert await queue.requeue_dead(["a"]) == 1
     assert await again.status() is aioqueue.JobStatus.QUEUED
     broken.on = False
     assert await drain(app) == {"complete": 1}

@@ -102,7 +102,8 @@ async def test_same_id_while_active_is_a_noop(app: aioqueue.App) -> None:
     assert runs == 1
 
 
-async def test_same_id_runs_again_after_completion(app: aioqueue.App) -> None:
+async def test_same_id_after_completion_returns_the_finished_job(app: aioqueue.App) -> None:
+    """An id is an idempotency key while its record lasts: no second run."""
     runs: list[str] = []
 
     @app.task(queue="q")
@@ -115,12 +116,11 @@ async def test_same_id_runs_again_after_completion(app: aioqueue.App) -> None:
     assert await first.result(timeout=1) == "a"
 
     second = await record.enqueue("b").options(id="repeat")
-    assert second.created is True
-    assert await second.status() is QUEUED
+    assert second.created is False
+    assert await second.status() is aioqueue.JobStatus.COMPLETE
     await run_until_idle(app)
-    assert runs == ["a", "b"]
-    assert await second.result(timeout=1) == "b"
-    assert (await second.info()).attempts == 1  # a fresh record, not the old one's count
+    assert runs == ["a"]
+    assert await second.result(timeout=1) == "a"
 
 
 async def test_generated_ids_are_unique(app: aioqueue.App) -> None:

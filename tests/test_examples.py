@@ -6,6 +6,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import httpx
@@ -21,6 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def examples_url(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
     """The examples' module-level apps read AIOQUEUE_REDIS_URL when they connect."""
     monkeypatch.setenv("AIOQUEUE_REDIS_URL", redis_url)
+    # The module-level app's key prefix is shared by every test: a report id of this
+    # test's own keeps the demo's "once per id" from seeing an earlier test's report.
+    monkeypatch.setattr(quickstart, "REPORT_ID", f"nightly-report-{uuid.uuid4().hex}")
     assert quickstart.app.redis_url == redis_url  # not pinned elsewhere by set_redis_url()
     assert webapp.queue.redis_url == redis_url
     return redis_url

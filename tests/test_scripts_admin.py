@@ -239,11 +239,18 @@ async def test_purge_without_ids_takes_the_oldest(db: Redis, keys: QueueKeys) ->
     assert await scripts.purge(db, keys, [], limit=3) == 0
 
 
-async def test_purge_spares_a_dead_id_that_was_enqueued_again(db: Redis, keys: QueueKeys) -> None:
+async def test_enqueueing_a_dead_id_returns_the_dead_job(db: Redis, keys: QueueKeys) -> None:
     await bury(db, keys, "a")
-    await put(db, keys, "a")  # a finished id may be enqueued afresh
-    assert await db.hget(keys.job("a"), "s") == b"queued"
+    again = await put(db, keys, "a", check_created=False)  # requeue_dead is the way back
+    assert again == scripts.Enqueued(created=False, state="dead")
+    assert await db.zrange(keys.dead, 0, -1) == [b"a"]
+
+
+async def test_purge_spares_a_live_record_left_in_the_dead_set(db: Redis, keys: QueueKeys) -> None:
+    await bury(db, keys, "a")
+    await db.hset(keys.job("a"), "s", "queued")  # e.g. a hand repair left the dead entry
 
     await scripts.purge(db, keys, [], limit=10)
 
+    assert await db.zcard(keys.dead) == 0
     assert await db.hget(keys.job("a"), "s") == b"queued"

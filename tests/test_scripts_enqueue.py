@@ -129,21 +129,30 @@ async def test_unfinished_id_is_not_written_again(db: Redis, keys: QueueKeys, st
     assert await db.zrange(keys.schedule, 0, -1, withscores=True) == scheduled_before
 
 
-async def test_finished_id_is_replaced_afresh(db: Redis, keys: QueueKeys) -> None:
+async def test_a_finished_id_is_not_run_again_while_its_record_lasts(
+    db: Redis, keys: QueueKeys
+) -> None:
+    """An id is an idempotency key: a resend or retry after the job ran must not rerun it."""
     await lease(db, keys, "a", token="w:1")
     settled = scripts.Settlement(b"a", "w:1", "complete", b'"old result"')
     assert await scripts.ack(db, keys, [settled], result_ttl_ms=60_000) == [True]
-    assert await db.pttl(keys.job("a")) > 0
+    ttl = await db.pttl(keys.job("a"))
 
-    again = await put(db, keys, "a", payload=b'{"new":true}', priority=2, max_attempts=9)
+    again = await put(
+        db, keys, "a", payload=b'{"new":true}', priority=2, max_attempts=9, check_created=False
+    )
 
-    assert again == scripts.Enqueued(created=True, state="queued")
+    assert again == scripts.Enqueued(created=False, state="complete")
     record = await db.hgetall(keys.job("a"))
-    assert record[b"p"] == b'{"new":true}'
-    assert record[b"n"] == b"0"
-    assert record[b"m"] == b"9"
-    assert record[b"pr"] == b"2"
-    for stale in (b"r", b"w", b"st", b"ft"):
-        assert stale not in record
-    assert await db.pttl(keys.job("a")) == -1, "the old result TTL must not carry over"
-    assert await db.lrange(keys.ready(2), 0, -1) == [b"a"]
+    assert record[b"r"] == b'"old result"'
+    assert 0 < await db.pttl(keys.job("a")) <= ttl
+    assert await db.llen(keys.ready(2)) == 0
+
+
+async def test_an_id_is_free_again_once_its_record_expired(db: Redis, keys: QueueKeys) -> None:
+    await lease(db, keys, "a", token="w:1")
+    settled = scripts.Settlement(b"a", "w:1", "complete", b"1")
+    assert await scripts.ack(db, keys, [settled], result_ttl_ms=60_000) == [True]
+    await db.delete(keys.job("a"))  # as its TTL would
+
+    assert await put(db, keys, "a") == scripts.Enqueued(created=True, state="queued")

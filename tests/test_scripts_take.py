@@ -51,8 +51,20 @@ async def test_limit_caps_one_call_across_levels(db: Redis, keys: QueueKeys) -> 
 
     assert await take(db, keys, 2) == [b"b9", b"a0"]
     assert await db.lrange(keys.ready(0), 0, -1) == [b"c0"]
-    assert await take(db, keys, 2) == [b"c0"]
-    assert await take(db, keys, 2) == []
+    assert await take(db, keys, 2, lease="w:2") == [b"c0"]
+    assert await take(db, keys, 2, lease="w:3") == []
+
+
+async def test_a_resent_take_returns_the_same_jobs(db: Redis, keys: QueueKeys) -> None:
+    """A client resend after a lost reply must not strand the first call's jobs."""
+    for job_id in ("a", "b", "c"):
+        await put(db, keys, job_id)
+    assert await take(db, keys, 2, lease="w:9") == [b"a", b"b"]
+
+    assert await take(db, keys, 2, lease="w:9") == [b"a", b"b"], "the same jobs again"
+    assert await db.lrange(keys.ready(0), 0, -1) == [b"c"], "and nothing more taken"
+    assert await db.hget(keys.job("a"), "n") == b"1", "no attempt counted twice"
+    assert 0 < await db.pttl(keys.taken("w:9")) <= 30_000
 
 
 async def test_every_priority_level_is_read(db: Redis, keys: QueueKeys) -> None:
@@ -92,7 +104,7 @@ async def test_a_duplicate_entry_of_a_running_job_is_skipped(db: Redis, keys: Qu
     assert await take(db, keys, 1) == [b"a"]
     await db.rpush(keys.ready(0), "a")  # e.g. a stray second entry
 
-    assert await take(db, keys, 1) == []
+    assert await take(db, keys, 1, lease="w:2") == []
     assert await db.hget(keys.job("a"), "w") == b"w:1"
     assert await db.zcard(keys.dead) == 0
 

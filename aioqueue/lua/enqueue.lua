@@ -1,6 +1,8 @@
 --[[ enqueue: write job records and make them ready (or schedule them), skipping any job
-whose id belongs to a job still unfinished. Idempotent, so a client retry cannot
-duplicate. One call carries one job or a batch (coalesced or bulk enqueues).
+whose id already has a record, in any state (queued, running, finished or dead, until that
+record expires). So an id is an idempotency key: a client's resend after a lost reply, or
+a caller's retry with the same id, never runs a job twice. One call carries one job or a
+batch (coalesced or bulk enqueues).
 
 Job records are reached as job_prefix .. id: the prefix is a declared key that carries the
 queue's hash tag, so every key touched is in the queue's slot.
@@ -8,10 +10,9 @@ queue's hash tag, so every key touched is in the queue's slot.
 KEYS[1]      notify         LIST  one token per ready job; wakes workers blocked in BLPOP
 KEYS[2]      schedule       ZSET  job id -> due time (ms)
 KEYS[3]      schedule_wake  LIST  at most one token; wakes a poller when the schedule's head moves earlier
-KEYS[4]      dead           ZSET  job id -> time buried; a dead job replaced by a new one leaves it
-KEYS[5]      ticks          HASH  periodic spec name -> last tick enqueued (ms)
-KEYS[6]      job_prefix           prefix of job records
-KEYS[7..16]  ready          LIST  ready lists of priorities 0..9
+KEYS[4]      ticks          HASH  periodic spec name -> last tick enqueued (ms)
+KEYS[5]      job_prefix           prefix of job records
+KEYS[6..15]  ready          LIST  ready lists of priorities 0..9
 ARGV[1]      count          jobs in this call
 ARGV[2..]    six per job: id, payload (JSON), priority (0..9), max_attempts (0 = the worker's
              default), delay_ms (from now on the Redis clock; <= 0 for none), due_ms (epoch
@@ -20,11 +21,11 @@ then, only with count = 1, optionally: periodic spec name, tick_ms — the job i
 if that tick is later than the last one recorded for the spec
 
 Returns {created_1, state_1, created_2, ...}: created is 1 when the job was written, 0 when
-an unfinished job with its id exists (state is then that job's state) or its tick was
-enqueued already (state 'tick-done').
+a job with its id exists (state is then that job's state) or its tick was enqueued
+already (state 'tick-done').
 ]]
-local notify, schedule, schedule_wake, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local ticks, job_prefix = KEYS[5], KEYS[6]
+local notify, schedule, schedule_wake = KEYS[1], KEYS[2], KEYS[3]
+local ticks, job_prefix = KEYS[4], KEYS[5]
 local count = tonumber(ARGV[1])
 
 if count == 1 and ARGV[8] then -- one job per periodic tick, however many schedulers race
@@ -42,13 +43,7 @@ local tokens = 0
 local function write(id, payload, priority, max_attempts, delay_ms, due_ms)
   local job = job_prefix .. id
   local existing = redis.call('HGET', job, 's')
-  if existing == 'queued' or existing == 'scheduled' or existing == 'active' then
-    return 0, existing
-  end
-  if existing then
-    redis.call('DEL', job) -- a finished job with this id: start afresh, without its TTL
-    if existing == 'dead' then redis.call('ZREM', dead, id) end
-  end
+  if existing then return 0, existing end
   local due = 0
   if delay_ms > 0 then due = now + delay_ms end
   if due_ms > due then due = due_ms end
@@ -64,7 +59,7 @@ local function write(id, payload, priority, max_attempts, delay_ms, due_ms)
   end
   redis.call('HSET', job, 'p', payload, 's', 'queued', 'n', 0, 'm', max_attempts,
     'pr', priority, 'et', now)
-  redis.call('RPUSH', KEYS[7 + priority], id)
+  redis.call('RPUSH', KEYS[6 + priority], id)
   tokens = tokens + 1
   return 1, 'queued'
 end

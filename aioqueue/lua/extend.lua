@@ -5,8 +5,9 @@ KEYS[2] job_prefix        prefix of job records; carries the queue's hash tag
 ARGV[1] lease_ms    new lease length from now
 ARGV[2..] pairs: id, lease token
 
-Returns {lost, aborted}: ids whose lease is no longer held (the worker should stop caring
-about them), and ids held whose abort was requested (a fallback for a missed abort message).
+Returns {lost, aborted}: ids whose lease passed to another owner or expired (the worker
+should stop caring about them), and ids held whose abort was requested (a fallback for a
+missed abort message). Jobs this lease already settled are neither.
 ]]
 local active, job_prefix = KEYS[1], KEYS[2]
 local lease_ms = tonumber(ARGV[1])
@@ -21,8 +22,9 @@ for i = 2, #ARGV, 2 do
   if record[1] == 'active' and record[2] == lease then
     redis.call('ZADD', active, 'XX', now + lease_ms, id)
     if record[3] then aborted[#aborted + 1] = id end
-  else
+  elseif record[1] and record[2] ~= lease then
     lost[#lost + 1] = id
   end
+  -- otherwise its ack landed (the reply is on its way) or its record is gone: nothing lost
 end
 return {lost, aborted}

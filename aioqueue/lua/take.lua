@@ -19,6 +19,9 @@ KEYS[3]     dead      ZSET  job id -> time buried (ms)
 KEYS[4]     seq       STRING counter for minted ids
 KEYS[5]     job_prefix        prefix of job records; carries the queue's hash tag
 KEYS[6..15] ready     LIST  ready lists of priorities 0..9
+KEYS[16]    taken     LIST  ids this lease token took (expires with the lease): if the same
+                            call comes again (a client resend after a lost reply), it gets
+                            the same jobs back instead of stranding them and taking more
 ARGV[1] lease     lease token, unique per call (worker id + call number)
 ARGV[2] lease_ms  lease length
 ARGV[3] limit     max jobs to take (bounds run time)
@@ -40,6 +43,21 @@ local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local deadline = now + lease_ms
 local out = {now}
 local taken, popped = 0, 0
+local taken_key, taken_ids = KEYS[16], {}
+
+local prior = redis.call('LRANGE', taken_key, 0, -1)
+if #prior > 0 then
+  for i = 1, #prior do
+    local record = redis.call('HMGET', job_prefix .. prior[i], 's', 'w', 'p', 'n', 'm')
+    if record[1] == 'active' and record[2] == lease then
+      out[#out + 1] = prior[i]
+      out[#out + 1] = record[3] or ''
+      out[#out + 1] = tonumber(record[4] or 0)
+      out[#out + 1] = tonumber(record[5] or 0)
+    end
+  end
+  return out
+end
 
 local function bury_foreign(entry, reason)
   local id = 'poison-' .. redis.call('INCR', seq)
@@ -60,6 +78,7 @@ local function take_one(id)
     local attempts = tonumber(record[3] or 0) + 1
     redis.call('HSET', key, 's', 'active', 'w', lease, 'n', attempts, 'st', now)
     redis.call('ZADD', active, deadline, id)
+    taken_ids[#taken_ids + 1] = id
     out[#out + 1] = id
     out[#out + 1] = record[2] or ''
     out[#out + 1] = attempts
@@ -95,6 +114,11 @@ for i = 6, #ARGV, 2 do
 end
 if partial then
   for i = 6, #ARGV, 2 do drain(tonumber(ARGV[i]), limit) end
+end
+
+if taken > 0 then
+  redis.call('RPUSH', taken_key, unpack(taken_ids))
+  redis.call('PEXPIRE', taken_key, lease_ms)
 end
 
 local every_level = (#ARGV - 5) / 2 >= 10

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any, Literal
 
+import orjson
 from redis.exceptions import NoScriptError
 
 from .keys import PRIORITY_LEVELS
@@ -237,9 +238,15 @@ async def ack(
     result_ttl_ms: int,
 ) -> list[bool]:
     """Settle a batch; True per job settled, False where the lease was lost."""
-    args: list[Arg] = [result_ttl_ms]
-    for s in settlements:
-        args += (s.id, s.lease, s.outcome, s.data, s.delay_ms)
+    try:
+        batch = orjson.dumps(
+            [(s.id.decode(), s.lease, s.outcome, s.data.decode(), s.delay_ms) for s in settlements]
+        )
+        args: list[Arg] = [result_ttl_ms, "json", batch]
+    except UnicodeDecodeError:  # an id that is not UTF-8 (a third party's): one field each
+        args = [result_ttl_ms, "args"]
+        for s in settlements:
+            args += (s.id, s.lease, s.outcome, s.data, s.delay_ms)
     codes = await _ACK(
         redis,
         [

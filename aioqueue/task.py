@@ -52,7 +52,7 @@ class Task(Generic[P, R]):
     ParamSpec); per-call options go on the returned call: ``.options(delay=60)``.
     """
 
-    __slots__ = ("_queue_for", "fn", "hooks", "is_async", "options", "signature")
+    __slots__ = ("_queue_for", "_shapes", "fn", "hooks", "is_async", "options", "signature")
 
     def __init__(
         self,
@@ -66,6 +66,7 @@ class Task(Generic[P, R]):
         self.signature = inspect.signature(fn)
         self.hooks = TaskHooks()
         self._queue_for = queue_for
+        self._shapes: dict[tuple[int, frozenset[str]], str | None] = {}
 
     @property
     def name(self) -> str:
@@ -107,5 +108,21 @@ class Task(Generic[P, R]):
         return hook
 
     def check_arguments(self, args: Any, kwargs: Any) -> None:
-        """Raise TypeError when the handler cannot take these arguments."""
-        self.signature.bind(*args, **kwargs)
+        """Raise TypeError when the handler cannot take these arguments.
+
+        Whether a call binds depends only on its shape (how many positional arguments,
+        which keywords), so the verdict is cached per shape: a few hundred ns per job
+        instead of a full ``Signature.bind``.
+        """
+        shape = (len(args), frozenset(kwargs))
+        if shape not in self._shapes:
+            if len(self._shapes) > 256:  # callers with endlessly varied keywords
+                self._shapes.clear()
+            try:
+                self.signature.bind(*args, **kwargs)
+                self._shapes[shape] = None
+            except TypeError as exc:
+                self._shapes[shape] = str(exc)
+        error = self._shapes[shape]
+        if error is not None:
+            raise TypeError(error)

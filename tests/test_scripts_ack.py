@@ -244,3 +244,20 @@ async def test_a_batch_reports_each_job_in_order(db: Redis, keys: QueueKeys) -> 
 
 async def test_an_empty_batch_is_a_no_op(db: Redis, keys: QueueKeys) -> None:
     assert await scripts.ack(db, keys, [], result_ttl_ms=TTL) == []
+
+
+async def test_a_job_id_that_is_not_utf8_is_settled_too(db: Redis, keys: QueueKeys) -> None:
+    """Acks travel as one JSON argument, which cannot carry such an id: the script's
+    one-argument-per-field form takes over."""
+    raw_id = b"\xff\xfe-id"
+    await db.hset(
+        keys.job_prefix.encode() + raw_id,
+        mapping={"s": "queued", "p": b'{"t":"x"}', "n": 0, "m": 0, "pr": 0},
+    )
+    await db.rpush(keys.ready(0), raw_id)
+    taken = await scripts.take(db, keys, lease="w:raw", lease_ms=30_000, limit=1)
+    assert [job.id for job in taken.jobs] == [raw_id]
+
+    done = scripts.Settlement(raw_id, "w:raw", "complete", b'"ok"')
+    assert await scripts.ack(db, keys, [done], result_ttl_ms=60_000) == [True]
+    assert await db.hget(keys.job_prefix.encode() + raw_id, "s") == b"complete"

@@ -12,7 +12,10 @@ KEYS[5]      schedule_wake  LIST  at most one token for pollers
 KEYS[6]      job_prefix           prefix of job records; carries the queue's hash tag
 KEYS[7..16]  ready          LIST  ready lists of priorities 0..9
 ARGV[1] result_ttl_ms  how long finished records (results) are kept; 0 deletes them
-ARGV[2..] groups of five per job: id, lease, outcome, data, delay_ms
+ARGV[2] format         'json': ARGV[3] is one JSON array of [id, lease, outcome, data,
+                       delay_ms] arrays (one argument for the whole batch: packing five
+                       arguments per job costs the client more than the rest of the ack);
+                       'args': ARGV[3..] are groups of five (for ids that are not UTF-8)
   outcome  complete  data = result JSON
            retry     data = error JSON; run again after delay_ms (Redis clock)
            bury      data = error JSON; move to the dead set
@@ -90,7 +93,16 @@ local function settle(id, lease, outcome, data, delay_ms)
 end
 
 local codes = {}
-for i = 2, #ARGV, 5 do
-  codes[#codes + 1] = settle(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4]))
+if ARGV[2] == 'json' then
+  local batch = cjson.decode(ARGV[3])
+  for i = 1, #batch do
+    local s = batch[i]
+    codes[i] = settle(s[1], s[2], s[3], s[4], tonumber(s[5]))
+  end
+else
+  for i = 3, #ARGV, 5 do
+    codes[#codes + 1] = settle(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3],
+      tonumber(ARGV[i + 4]))
+  end
 end
 return codes

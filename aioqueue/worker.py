@@ -4,7 +4,9 @@ It is a composition of small loops, each owned by another module:
 - per queue, a QueueConsumer's fetch loop and ack loop (``consumer``),
 - per queue, a Promoter's promote loop and wake listener (``scheduler``),
 - for all queues, a LeaseKeeper's renew and reclaim loops (``leases``),
-and one asyncio task per running job, which ``runner.run_job`` turns into a Settlement.
+- for all queues, the watchdogs, abort listener, heartbeat and dead-letter trimmer,
+and one asyncio task per running job (``jobs``), which ``runner.run_job`` turns into a
+Settlement.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import os
 import secrets
 import signal
 import socket
-from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
@@ -24,31 +25,25 @@ from redis.exceptions import RedisError
 from .aborts import AbortListener
 from .consumer import QueueConsumer, Slots
 from .health import Heartbeat
-from .job import encode_error
+from .jobs import JobTasks
 from .leases import LeaseKeeper
 from .retention import DeadLetterTrimmer
-from .runner import RunEnv, RunningJob, run_job
+from .runner import RunEnv
 from .scheduler import PeriodicScheduler, Promoter
-from .scripts import Settlement, Taken
 from .settings import WorkerSettings
 from .watchdog import LoopLagMonitor, Watchdog
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections import Counter
+    from collections.abc import Coroutine, Mapping, Sequence
+    from types import TracebackType
 
     from redis.asyncio import Redis
 
+    from .app import App
     from .priorities import PriorityMode
 
-if TYPE_CHECKING:
-    from collections.abc import Coroutine, Sequence
-    from types import TracebackType
-
-    from .app import App
-
 logger = logging.getLogger(__name__)
-
-_ABORTED = encode_error("JobCancelled", "aborted while running", "")
 
 
 class Worker:
@@ -92,13 +87,10 @@ class Worker:
             loop_lag_warning=loop_lag_warning,
         )
         self.id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
-        self.outcomes: Counter[str] = Counter()  # settlements by outcome, for logs and tests
         self.state: dict[str, Any] = {}  # shared resources from the app's startup hooks
+        self._jobs = JobTasks(RunEnv(app.find_task, (), self.state))
         self._consumers: list[QueueConsumer] = []
         self._promoters: list[Promoter] = []
-        self._running: dict[asyncio.Task[None], RunningJob] = {}
-        self._consumer_of: dict[asyncio.Task[None], QueueConsumer] = {}
-        self._abandoned: set[asyncio.Task[None]] = set()
         self._fetchers: list[asyncio.Task[None]] = []
         self._loops: list[asyncio.Task[None]] = []
         self._background: list[asyncio.Task[None]] = []
@@ -115,7 +107,12 @@ class Worker:
     @property
     def running(self) -> int:
         """How many jobs are running now."""
-        return len(self._running)
+        return len(self._jobs.running)
+
+    @property
+    def outcomes(self) -> Counter[str]:
+        """Settlements by outcome (complete, retry, bury, fail, abort, release)."""
+        return self._jobs.outcomes
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -127,7 +124,7 @@ class Worker:
         redis = await self.app.internal_client()
         for hook in self.app.startup_hooks:
             await hook(self.state)
-        self._env = RunEnv(self.app.find_task, tuple(self.app.middleware_stack), self.state)
+        self._jobs.env = RunEnv(self.app.find_task, tuple(self.app.middleware_stack), self.state)
         settings, app_settings = self.settings, self.app.settings
         self._slots = Slots(settings.concurrency)
         for name in settings.queues:
@@ -136,10 +133,11 @@ class Worker:
             self._consumers, lease_ms=settings.lease_ms,
             reclaim_interval=settings.reclaim_interval,
             default_max_attempts=app_settings.default_max_attempts,
-            result_ttl_ms=app_settings.result_ttl_ms, on_abort=self._abort, stopping=self._closed,
+            result_ttl_ms=app_settings.result_ttl_ms, on_abort=self._jobs.abort,
+            stopping=self._closed,
         )  # fmt: skip
         self._aborts = AbortListener(
-            redis, [c.keys.abort_channel for c in self._consumers], self._abort,
+            redis, [c.keys.abort_channel for c in self._consumers], self._jobs.abort,
             wake_channel=f"{self._consumers[0].keys.abort_channel}:{self.id}",
             poll=settings.idle_wait, stopping=self._closed,
         )  # fmt: skip
@@ -150,9 +148,9 @@ class Worker:
             *(self._spawn(p.listen_loop()) for p in self._promoters),
             self._spawn(keeper.renew_loop()),
             self._spawn(keeper.reclaim_loop()),
-            self._spawn(Watchdog(self._running, self._abandon, self._closed).run()),
+            self._spawn(Watchdog(self._jobs.running, self._jobs.abandon, self._closed).run()),
             self._spawn(
-                LoopLagMonitor(self._running, threshold=settings.loop_lag_warning).run(
+                LoopLagMonitor(self._jobs.running, threshold=settings.loop_lag_warning).run(
                     self._closed
                 )
             ),
@@ -179,7 +177,7 @@ class Worker:
         keys = self.app.queue(name).keys
         consumer = QueueConsumer(
             redis, keys, settings=self.settings, result_ttl_ms=self.app.settings.result_ttl_ms,
-            slots=self._slots, worker_id=self.id, start_job=self._start_job,
+            slots=self._slots, worker_id=self.id, start_job=self._jobs.start,
             stopping=self._stop_taking,
         )  # fmt: skip
         promoter = Promoter(
@@ -226,8 +224,7 @@ class Worker:
         if self._stop_requested.is_set():
             logger.warning("second %s: cancelling running jobs now", sig.name)
             self._force = True
-            for job in list(self._running):
-                job.cancel()
+            self._jobs.cancel_all()
             return
         logger.info("%s: stopping (grace %.1fs)", sig.name, self.settings.grace)
         self.request_stop()
@@ -246,7 +243,7 @@ class Worker:
             promoter.interrupt()  # wakes its periodic scheduler too
         await self._wake_blocked_waits()
         await asyncio.gather(*self._fetchers, return_exceptions=True)
-        await self._finish_running_jobs()
+        await self._jobs.finish(grace=self.settings.grace, force=self._force)
         for consumer in self._consumers:
             consumer.acks.close()
         await asyncio.gather(*self._loops, return_exceptions=True)
@@ -280,21 +277,6 @@ class Worker:
         except RedisError as exc:  # it then returns at its poll timeout
             logger.warning("could not wake the abort listener: %r", exc)
 
-    async def _finish_running_jobs(self) -> None:
-        if self._running and not self._force:
-            await asyncio.wait(set(self._running), timeout=self.settings.grace)
-        if self._running:
-            logger.warning(
-                "cancelling %d job(s) still running; they go back to ready", self.running
-            )
-            for task in self._running:
-                task.cancel()
-            await asyncio.wait(set(self._running), timeout=max(1.0, self.settings.grace))
-        for task, job in list(self._running.items()):  # ignored cancellation: put back, leave
-            self._abandon(task, Settlement(job.taken.id, job.taken.lease, "release"))
-        for task in self._abandoned:
-            task.cancel()
-
     async def _stop_when_drained(self) -> None:
         await asyncio.gather(*self._fetchers, return_exceptions=True)
         self.request_stop()
@@ -310,56 +292,6 @@ class Worker:
         tb: TracebackType | None,
     ) -> None:
         await self.stop()
-
-    # -- jobs ----------------------------------------------------------------------------
-
-    def _start_job(self, consumer: QueueConsumer, taken: Taken) -> None:
-        job = RunningJob(taken, consumer.keys.name)
-        task = asyncio.get_running_loop().create_task(self._execute(consumer, job))
-        self._running[task] = job
-        self._consumer_of[task] = consumer
-        task.add_done_callback(self._forget)
-
-    async def _execute(self, consumer: QueueConsumer, job: RunningJob) -> None:
-        taken = job.taken
-        try:
-            settlement = await run_job(job, self._env)
-        except asyncio.CancelledError:
-            if job.aborted:  # cancel() of a running job: it ends cancelled, not retried
-                settlement = Settlement(taken.id, taken.lease, "abort", _ABORTED)
-            elif job.recancelled:  # the watchdog's second cancellation after the timeout
-                settlement = job.overdue_settlement()
-            else:  # shutdown: back to ready, attempt not counted
-                settlement = Settlement(taken.id, taken.lease, "release")
-        except Exception:  # a bug in aioqueue itself: keep the job, keep the worker
-            logger.exception("job %s: internal error; releasing it", taken.job_id)
-            settlement = Settlement(taken.id, taken.lease, "release")
-        if not job.abandoned:
-            self._settle(consumer, settlement)
-
-    def _settle(self, consumer: QueueConsumer, settlement: Settlement) -> None:
-        self.outcomes[settlement.outcome] += 1
-        consumer.finished(settlement)
-
-    def _abort(self, job_id: bytes) -> None:
-        """Cancel the running job with this id, if it runs here (an abort request)."""
-        for task, job in self._running.items():
-            if job.taken.id == job_id and not job.aborted:
-                logger.info("job %s: aborting on request", job.taken.job_id)
-                job.aborted = True
-                task.cancel()
-
-    def _abandon(self, task: asyncio.Task[None], settlement: Settlement | None = None) -> None:
-        """Settle a job whose handler will not stop; the handler is left to itself."""
-        job = self._running.pop(task)
-        job.abandoned = True
-        self._abandoned.add(task)
-        self._settle(self._consumer_of.pop(task), settlement or job.overdue_settlement())
-
-    def _forget(self, task: asyncio.Task[None]) -> None:
-        self._running.pop(task, None)
-        self._consumer_of.pop(task, None)
-        self._abandoned.discard(task)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)

@@ -54,6 +54,7 @@ LAYERS: dict[str, int] = {
     "worker": RUNTIME,
     "watchdog": RUNTIME,
     "aborts": RUNTIME,
+    "jobs": RUNTIME,
     "retention": RUNTIME,
     "health": RUNTIME,
     # edges

@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--burst", action="store_true", help="exit once nothing is ready, running or due"
     )
+    worker.add_argument(
+        "--uvloop", action="store_true", help="run on uvloop (pip install 'aioqueue[uvloop]')"
+    )
 
     check = commands.add_parser(
         "check", help="exit 1 unless every queue has a live worker (for health probes)"
@@ -131,7 +134,7 @@ def run_worker(app: App, args: argparse.Namespace) -> int:
             queues=args.queues, concurrency=args.concurrency, lease=args.lease,
             grace=args.grace, burst=args.burst,
         )  # fmt: skip
-        _run_leaving_abandoned_tasks(_serve(app, worker))
+        _run_leaving_abandoned_tasks(_serve(app, worker), uvloop=args.uvloop)
     return 0
 
 
@@ -142,15 +145,26 @@ async def _serve(app: App, worker: Worker) -> None:
         await app.close()
 
 
-def _run_leaving_abandoned_tasks(main: Coroutine[Any, Any, None]) -> None:
+def _run_leaving_abandoned_tasks(main: Coroutine[Any, Any, None], *, uvloop: bool) -> None:
     """Like asyncio.run, except that it does not wait for tasks left running at the end:
     a handler that ignores cancellation must not keep the process from exiting."""
-    loop = asyncio.new_event_loop()
+    loop = _new_loop(uvloop)
     try:
         loop.run_until_complete(main)
         loop.run_until_complete(loop.shutdown_asyncgens())
     finally:
         loop.close()
+
+
+def _new_loop(uvloop: bool) -> asyncio.AbstractEventLoop:
+    if not uvloop:
+        return asyncio.new_event_loop()
+    try:
+        import uvloop as uv
+    except ImportError as exc:
+        raise ConfigError("--uvloop needs uvloop: pip install 'aioqueue[uvloop]'") from exc
+    loop: asyncio.AbstractEventLoop = uv.new_event_loop()
+    return loop
 
 
 @contextlib.contextmanager
@@ -182,8 +196,8 @@ def _run_processes(app: App, args: argparse.Namespace) -> int:
             "--grace", str(args.grace)]  # fmt: skip
     for queue in args.queues or ():
         argv += ["--queue", queue]
-    if args.burst:
-        argv.append("--burst")
+    argv += ["--burst"] if args.burst else []
+    argv += ["--uvloop"] if args.uvloop else []
     env = {**os.environ, ENV_REDIS_URL: app.redis_url or ""}
     children = [subprocess.Popen(argv, env=env) for _ in range(args.processes)]
 

@@ -145,3 +145,11 @@ async def test_check_reports_live_workers_per_queue(
 
 async def _has_live_worker(app: aioqueue.App) -> bool:
     return bool(await app.queue().workers())
+
+
+async def test_worker_runs_on_uvloop(cli_env: dict[str, str], producer: aioqueue.App) -> None:
+    job = await producer.queue().enqueue("shout", "fast")
+    code, _, err = await run_cli(["worker", TARGET, "--burst", "--uvloop"], env=cli_env)
+    assert code == 0, err
+    assert await job.result(timeout=1) == "FAST"
+    await producer.close()

@@ -90,41 +90,40 @@ class NewJob:
 MAX_ENQUEUE_BATCH = 1000  # jobs per script call: bounds its run time and unpack()
 
 
-def _enqueue_args(jobs: Sequence[NewJob]) -> list[Arg]:
-    args: list[Arg] = [len(jobs)]
+def _enqueue_call(keys: QueueKeys, jobs: Sequence[NewJob]) -> tuple[list[str], list[Arg]]:
+    """KEYS and ARGV of one enqueue call: only the ready lists its jobs use are declared."""
+    priorities = sorted({job.priority for job in jobs})
+    script_keys = [
+        keys.notify, keys.schedule, keys.schedule_wake, keys.ticks, keys.job_prefix,
+        *(keys.ready(priority) for priority in priorities),
+    ]  # fmt: skip
+    args: list[Arg] = [len(jobs), ",".join(map(str, priorities))]
     for job in jobs:
         args += (job.id, job.payload, job.priority, job.max_attempts, job.delay_ms, job.due_ms)
-    return args
+    return script_keys, args
 
 
 def _enqueued(reply: Sequence[Any]) -> list[Enqueued]:
     return [Enqueued(bool(reply[i]), _text(reply[i + 1])) for i in range(0, len(reply), 2)]
 
 
-def _enqueue_keys(keys: QueueKeys) -> list[str]:
-    return [
-        keys.notify, keys.schedule, keys.schedule_wake, keys.ticks, keys.job_prefix,
-        *keys.ready_lists(),
-    ]  # fmt: skip
-
-
 async def enqueue_many(redis: Redis, keys: QueueKeys, jobs: Sequence[NewJob]) -> list[Enqueued]:
     """Write jobs in batches of MAX_ENQUEUE_BATCH per script call, all in one round trip."""
     if len(jobs) <= MAX_ENQUEUE_BATCH:
-        return _enqueued(await _ENQUEUE(redis, _enqueue_keys(keys), _enqueue_args(jobs)))
-    return await _pipelined(redis, _ENQUEUE, _enqueue_keys(keys), [
-        _enqueue_args(jobs[start : start + MAX_ENQUEUE_BATCH])
+        return _enqueued(await _ENQUEUE(redis, *_enqueue_call(keys, jobs)))
+    return await _pipelined(redis, _ENQUEUE, [
+        _enqueue_call(keys, jobs[start : start + MAX_ENQUEUE_BATCH])
         for start in range(0, len(jobs), MAX_ENQUEUE_BATCH)
     ])  # fmt: skip
 
 
 async def _pipelined(
-    redis: Redis, script: Script, keys: list[str], calls: list[list[Arg]]
+    redis: Redis, script: Script, calls: list[tuple[list[str], list[Arg]]]
 ) -> list[Enqueued]:
     for attempt in range(2):
         try:
             async with redis.pipeline(transaction=False) as pipe:
-                for args in calls:
+                for keys, args in calls:
                     pipe.evalsha(script.sha, len(keys), *keys, *args)
                 replies = await pipe.execute()
             return [item for reply in replies for item in _enqueued(reply)]
@@ -148,10 +147,12 @@ async def enqueue(
     tick: tuple[str, int] | None = None,
 ) -> Enqueued:
     """Write one job; with ``tick`` (spec name, tick ms), only if that tick is new."""
-    args = _enqueue_args([NewJob(job_id, payload, priority, max_attempts, delay_ms, due_ms)])
+    script_keys, args = _enqueue_call(
+        keys, [NewJob(job_id, payload, priority, max_attempts, delay_ms, due_ms)]
+    )
     if tick is not None:
         args += tick
-    return _enqueued(await _ENQUEUE(redis, _enqueue_keys(keys), args))[0]
+    return _enqueued(await _ENQUEUE(redis, script_keys, args))[0]
 
 
 # -- take / ack ----------------------------------------------------------------------

@@ -12,12 +12,15 @@ KEYS[2]      schedule       ZSET  job id -> due time (ms)
 KEYS[3]      schedule_wake  LIST  at most one token; wakes a poller when the schedule's head moves earlier
 KEYS[4]      ticks          HASH  periodic spec name -> last tick enqueued (ms)
 KEYS[5]      job_prefix           prefix of job records
-KEYS[6..15]  ready          LIST  ready lists of priorities 0..9
+KEYS[6..]    ready          LIST  the ready lists of the priorities this call uses, in the
+                                  order ARGV[2] lists them (a lone job declares one, not ten)
 ARGV[1]      count          jobs in this call
+ARGV[2]      priorities     the priorities of KEYS[6..], comma-separated, e.g. "5" or "9,5"
 ARGV[2..]    six per job: id, payload (JSON), priority (0..9), max_attempts (0 = the worker's
              default), delay_ms (from now on the Redis clock; <= 0 for none), due_ms (epoch
              ms; <= 0 for none; the later of the two wins)
-then, only with count = 1, optionally: periodic spec name, tick_ms — the job is written only
+(the job fields start at ARGV[3]); then, only with count = 1, optionally: periodic spec
+name, tick_ms — the job is written only
 if that tick is later than the last one recorded for the spec
 
 Returns {created_1, state_1, created_2, ...}: created is 1 when the job was written, 0 when
@@ -28,11 +31,18 @@ local notify, schedule, schedule_wake = KEYS[1], KEYS[2], KEYS[3]
 local ticks, job_prefix = KEYS[4], KEYS[5]
 local count = tonumber(ARGV[1])
 
-if count == 1 and ARGV[8] then -- one job per periodic tick, however many schedulers race
-  local last = tonumber(redis.call('HGET', ticks, ARGV[8]) or -1)
-  local tick_ms = tonumber(ARGV[9])
+local ready = {}
+local position = 6
+for priority in string.gmatch(ARGV[2], '%d+') do
+  ready[tonumber(priority)] = KEYS[position]
+  position = position + 1
+end
+
+if count == 1 and ARGV[9] then -- one job per periodic tick, however many schedulers race
+  local last = tonumber(redis.call('HGET', ticks, ARGV[9]) or -1)
+  local tick_ms = tonumber(ARGV[10])
   if tick_ms <= last then return {0, 'tick-done'} end
-  redis.call('HSET', ticks, ARGV[8], tick_ms)
+  redis.call('HSET', ticks, ARGV[9], tick_ms)
 end
 
 local time = redis.call('TIME')
@@ -59,13 +69,13 @@ local function write(id, payload, priority, max_attempts, delay_ms, due_ms)
   end
   redis.call('HSET', job, 'p', payload, 's', 'queued', 'n', 0, 'm', max_attempts,
     'pr', priority, 'et', now)
-  redis.call('RPUSH', KEYS[6 + priority], id)
+  redis.call('RPUSH', ready[priority], id)
   tokens = tokens + 1
   return 1, 'queued'
 end
 
 for i = 0, count - 1 do
-  local base = 2 + i * 6
+  local base = 3 + i * 6
   local created, state = write(ARGV[base], ARGV[base + 1], tonumber(ARGV[base + 2]),
     tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5]))
   out[#out + 1] = created

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -26,3 +27,17 @@ async def run_until_idle(app: aioqueue.App, **options: Any) -> aioqueue.Worker:
     worker = app.worker(burst=True, **options)
     await asyncio.wait_for(worker.run_until_idle(), timeout=30)
     return worker
+
+
+def counts(ready: int = 0, scheduled: int = 0, active: int = 0, dead: int = 0) -> Any:
+    """A QueueCounts to compare ``queue.counts()`` with."""
+    return aioqueue.QueueCounts(ready=ready, scheduled=scheduled, active=active, dead=dead)
+
+
+async def drain(app: aioqueue.App, **options: Any) -> Counter[str]:
+    """Run a burst worker until the queues are idle; return its outcomes, after checking
+    that nothing was left ready (a burst worker must not stop early)."""
+    worker = await run_until_idle(app, **options)
+    for name in worker.settings.queues:
+        assert (await app.queue(name).counts()).ready == 0, f"{name} was left with ready jobs"
+    return Counter(worker.outcomes)

@@ -8,7 +8,6 @@ import contextlib
 import logging
 import threading
 import time
-from collections import Counter
 from typing import Any
 
 import pytest
@@ -17,27 +16,7 @@ from redis.asyncio import Redis
 import aioqueue
 from aioqueue import scripts
 from aioqueue.keys import QueueKeys
-from tests.helpers import run_until_idle, wait_until
-
-
-def counts(ready: int = 0, scheduled: int = 0, active: int = 0, dead: int = 0) -> Any:
-    return aioqueue.QueueCounts(ready=ready, scheduled=scheduled, active=active, dead=dead)
-
-
-async def drain(app: aioqueue.App, **options: Any) -> Counter[str]:
-    """Run burst workers until the queues are really idle; their outcomes, summed.
-
-    One burst worker can stop while a job that its own ack has just put back in ready (a
-    retry without delay) waits there: see test_burst_worker_does_not_strand_a_retried_job.
-    """
-    outcomes: Counter[str] = Counter()
-    for _ in range(10):
-        worker = await run_until_idle(app, **options)
-        outcomes.update(worker.outcomes)
-        ready = [(await app.queue(name).counts()).ready for name in worker.settings.queues]
-        if not any(ready):
-            return outcomes
-    raise AssertionError("the queues never drained")
+from tests.helpers import counts, drain, run_until_idle, wait_until
 
 
 async def error_of(job: aioqueue.Job[Any]) -> aioqueue.JobFailed:

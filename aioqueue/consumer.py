@@ -46,10 +46,10 @@ class Slots:
         self._freed = asyncio.Event()
         self._interrupted = False
 
-    def reserve_all(self) -> int:
-        """Reserve every free slot; give back the unused ones with release()."""
-        count = self.size - self.used
-        self.used = self.size
+    def reserve(self, limit: int) -> int:
+        """Reserve up to ``limit`` free slots; give back the unused ones with release()."""
+        count = min(limit, self.size - self.used)
+        self.used += count
         return count
 
     def release(self, count: int = 1) -> None:
@@ -211,10 +211,7 @@ class QueueConsumer:
 
     async def _take(self, woken: bool) -> int | None:
         """Take up to the free slots; the number taken, or None after a Redis error."""
-        free = self._slots.reserve_all()
-        if free > MAX_TAKE:
-            self._slots.release(free - MAX_TAKE)
-            free = MAX_TAKE
+        free = self._slots.reserve(MAX_TAKE)
         self._take_calls += 1
         lease = f"{self._worker_id}:{self._take_calls}"
         try:

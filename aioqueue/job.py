@@ -208,6 +208,8 @@ class JobSource(Protocol):
 
     async def info(self, job_id: str) -> JobInfo | None: ...
 
+    async def status(self, job_id: str) -> JobStatus | None: ...
+
     async def cancel(self, job_id: str) -> bool: ...
 
     async def reschedule(
@@ -241,7 +243,10 @@ class Job(Generic[R_co]):
 
     async def status(self) -> JobStatus:
         """queued / scheduled / active / complete / failed / dead / cancelled."""
-        return (await self.info()).status
+        status = await self._source.status(self.id)
+        if status is None:
+            raise JobNotFound(self.id)
+        return status
 
     async def cancel(self) -> bool:
         """Cancel the job, or abort it if it is running (see ``Queue.cancel``)."""
@@ -262,9 +267,8 @@ class Job(Generic[R_co]):
         deadline = None if timeout is None else loop.time() + timeout
         delay = 0.002  # start fast: a no-op job finishes within a round trip or two
         while True:
-            info = await self.info()
-            if info.status.finished:
-                return self._outcome(info)  # type: ignore[no-any-return]
+            if (await self.status()).finished:  # one small field per poll, not the record
+                return self._outcome(await self.info())  # type: ignore[no-any-return]
             if deadline is not None and loop.time() >= deadline:
                 raise ResultTimeout(self.id, timeout or 0.0)
             pause = delay if deadline is None else min(delay, max(0.0, deadline - loop.time()))

@@ -15,7 +15,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from . import scripts
 from .batching import EnqueueBatcher
 from .errors import ConfigError, EnqueueUnconfirmed, InvalidArguments
-from .job import Job, JobInfo, Payload
+from .job import Job, JobInfo, JobStatus, Payload
 from .keys import QueueKeys
 from .periodic import Periodic
 from .priorities import DEFAULT_PRIORITY, resolve_priority
@@ -213,6 +213,12 @@ class Queue:
         if not record or b"s" not in record:
             return None
         return JobInfo.from_record(job_id, self.name, record)
+
+    async def status(self, job_id: str) -> JobStatus | None:
+        """The job's status, or None if there is no record (one small read)."""
+        redis = await self._host.client()
+        raw: bytes | None = await redis.hget(self.keys.job(job_id), "s")  # type: ignore[assignment]
+        return JobStatus(raw.decode()) if raw else None
 
     async def cancel(self, job_id: str) -> bool:
         """Cancel a job: a queued or scheduled one never runs; a running one is aborted

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import orjson
 from redis.exceptions import NoScriptError
 
-from .keys import PRIORITY_LEVELS
+from .priorities import strict_plan
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -193,7 +193,7 @@ async def take(
 ) -> TakeResult:
     """Lease up to ``limit`` jobs, visiting priority levels by ``plan`` (default: strict)."""
     args: list[Arg] = [lease, lease_ms, limit, int(woken), result_ttl_ms]
-    for priority, quota in plan or [(p, limit) for p in reversed(range(PRIORITY_LEVELS))]:
+    for priority, quota in plan or strict_plan(limit):
         args += (priority, quota)
     reply = await _TAKE(
         redis,

@@ -1,8 +1,9 @@
 """Taking and settling the jobs of one queue inside a worker.
 
 A QueueConsumer runs two loops over one queue:
-- fetch: take up to the free slots in one script call; when nothing is ready, block in
-  BLPOP on the queue's notify list (and this worker's wake list) until a job arrives.
+- fetch: take up to the free slots (plus the lookahead, see ``slots``) in a few concurrent
+  script calls; when nothing is ready, block in BLPOP on the queue's notify list (and this
+  worker's wake list) until a job arrives.
 - acks: settle finished jobs in batches, one script call for everything that finished
   while the previous call was in flight, so an idle worker acks at once and a busy one
   acks hundreds of jobs per round trip.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
@@ -28,44 +30,16 @@ if TYPE_CHECKING:
     from .keys import QueueKeys
     from .scripts import Settlement, Taken
     from .settings import WorkerSettings
+    from .slots import Slots
 
 logger = logging.getLogger(__name__)
 
 MAX_ACK_BATCH = 500  # bounds one ack script's run time inside Redis
 MAX_TAKE = 1000  # jobs per take call, likewise
+TAKES_IN_FLIGHT = 4  # take calls out at once: the next jobs come while the current run
+MIN_TAKE_CHUNK = 16  # with a take out, wait for this much room: smaller calls cost more
 RETRY_PAUSE = 0.5  # pause before retrying after a Redis error
 GIVE_UP_AFTER = 30.0  # at shutdown, stop retrying acks after this long without Redis
-
-
-class Slots:
-    """The worker's concurrency limit, shared by all its queues."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.used = 0
-        self._freed = asyncio.Event()
-        self._interrupted = False
-
-    def reserve(self, limit: int) -> int:
-        """Reserve up to ``limit`` free slots; give back the unused ones with release()."""
-        count = min(limit, self.size - self.used)
-        self.used += count
-        return count
-
-    def release(self, count: int = 1) -> None:
-        self.used -= count
-        if count:
-            self._freed.set()
-
-    async def wait_free(self) -> None:
-        """Return when a slot is free, or when interrupt() is called."""
-        while self.used >= self.size and not self._interrupted:
-            self._freed.clear()
-            await self._freed.wait()
-
-    def interrupt(self) -> None:
-        self._interrupted = True
-        self._freed.set()
 
 
 class AckBatcher:
@@ -147,22 +121,24 @@ class QueueConsumer:
         *,
         settings: WorkerSettings,
         result_ttl_ms: int,
-        slots: Slots,
+        slots: Slots[tuple[QueueConsumer, Taken]],
         worker_id: str,
-        start_job: Callable[[QueueConsumer, Taken], None],
         stopping: asyncio.Event,
     ) -> None:
         self.redis, self.keys, self.settings = redis, keys, settings
-        self._slots, self._worker_id, self._start_job = slots, worker_id, start_job
+        self._slots, self._worker_id = slots, worker_id
         self._stopping = stopping
         self.wake_key = keys.wake(worker_id)
         self._result_ttl_ms = result_ttl_ms
         self.acks = AckBatcher(redis, keys, result_ttl_ms=result_ttl_ms, on_settled=self._settled)
         self.held: dict[bytes, Taken] = {}  # leased to this worker until the ack lands
-        self.running = 0
+        self.running = 0  # taken and not yet settled: running, or waiting for a slot
         self._activity = asyncio.Event()
         self._take_calls = 0
         self._settled_batches = 0
+        self._dry_since: int | None = None  # a take came back short (settled count at its send)
+        self._failed = False  # a take failed: pause before the next
+        self._takes_out = 0  # take calls in flight
         self._plan = planner(settings.priority_mode, settings.priority_weights)
 
     def interrupt(self) -> None:
@@ -172,7 +148,12 @@ class QueueConsumer:
     def finished(self, settlement: Settlement) -> None:
         """A job of this queue finished running: free its slot, queue its ack."""
         self.running -= 1
-        self._slots.release()
+        self._slots.end()
+        self.acks.add(settlement)
+
+    def handed_back(self, settlement: Settlement) -> None:
+        """A job that waited for a slot and never started is settled (released, aborted)."""
+        self.running -= 1
         self.acks.add(settlement)
 
     def _settled(self, batch: Sequence[Settlement], settled: Sequence[bool]) -> None:
@@ -189,52 +170,91 @@ class QueueConsumer:
         self._activity.set()
 
     async def fetch_loop(self) -> None:
-        """Take jobs until stopping (or, in burst mode, until the queue is drained)."""
-        woken = False
-        while not self._stopping.is_set():
-            await self._slots.wait_free()
-            if self._stopping.is_set():
-                break
-            settled_before = self._settled_batches
-            taken = await self._take(woken)
-            if taken is None:  # Redis error: pause, then try again
-                await wait_event(self._stopping, RETRY_PAUSE)
-                continue
-            if taken:
-                woken = False
-                continue
-            if self.settings.burst:
-                if await self._drained(settled_before):
-                    return
-                continue
-            woken = await self._wait_for_work()
+        """Take jobs until stopping (or, in burst mode, until the queue is drained).
 
-    async def _take(self, woken: bool) -> int | None:
-        """Take up to the free slots; the number taken, or None after a Redis error."""
-        free = self._slots.reserve(MAX_TAKE)
+        Takes are pipelined: up to TAKES_IN_FLIGHT calls at once, each for a chunk of the
+        room in the slots, so the next jobs are on their way while the current ones run
+        (one call at a time leaves the worker idle during every script, and Redis idle
+        while the worker runs). A take that comes back short means the queue ran dry:
+        once the other takes are back, block until a job is announced (in burst mode,
+        check whether everything is done).
+        """
+        woken = False
+        takes: set[asyncio.Task[None]] = set()
+        loop = asyncio.get_running_loop()
+        while not self._stopping.is_set():
+            if self._dry_since is not None or self._failed:
+                if self._takes_out:  # let the other takes come back first
+                    await self._slots.wait_change()
+                    continue
+                if self._failed:  # Redis error: pause, then try again
+                    self._failed, self._dry_since = False, None
+                    await wait_event(self._stopping, RETRY_PAUSE)
+                    continue
+                settled_before, self._dry_since = self._dry_since or 0, None
+                if self.settings.burst:
+                    if await self._drained(settled_before):
+                        return
+                    continue
+                woken = await self._wait_for_work()
+                continue
+            size = await self._reserve_take()
+            if size:
+                self._takes_out += 1
+                take = loop.create_task(self._take(size, woken))
+                takes.add(take)  # a reference, so the task is not collected mid-flight
+                take.add_done_callback(takes.discard)
+                take.add_done_callback(_log_take_crash)
+                woken = False
+        if takes:
+            await asyncio.wait(takes)
+
+    async def _reserve_take(self) -> int:
+        """Wait for room for the next take (a chunk's worth while other takes are out, any
+        room when none is) and reserve it; 0 when the loop has something else to do."""
+        slots = self._slots
+        while not (self._stopping.is_set() or self._failed or self._dry_since is not None):
+            chunk = min(MAX_TAKE, max(MIN_TAKE_CHUNK, slots.capacity // TAKES_IN_FLIGHT))
+            out = self._takes_out
+            if out < TAKES_IN_FLIGHT and slots.room >= (chunk if out else 1):
+                return slots.reserve(chunk)
+            await slots.wait_change()
+        return 0
+
+    async def _take(self, limit: int, woken: bool) -> None:
+        """One take call for ``limit`` reserved slots; admits the jobs it leases."""
         self._take_calls += 1
         lease = f"{self._worker_id}:{self._take_calls}"
+        settled_before = self._settled_batches
+        started = time.perf_counter()
         try:
             result = await scripts.take(
                 self.redis,
                 self.keys,
                 lease=lease,
                 lease_ms=self.settings.lease_ms,
-                limit=free,
+                limit=limit,
                 result_ttl_ms=self._result_ttl_ms,
-                plan=self._plan(free),
+                plan=self._plan(limit),
                 woken=woken,
             )
-        except RedisError as exc:
-            self._slots.release(free)
+        except Exception as exc:  # RedisError, or a reply it could not parse
             logger.warning("taking jobs from %s failed: %r", self.keys.name, exc)
-            return None
-        self._slots.release(free - len(result.jobs))
+            self._failed = True
+            self._takes_out -= 1
+            self._slots.unreserve(limit)
+            return
+        self._takes_out -= 1
+        self._slots.size_lookahead(time.perf_counter() - started)
+        if len(result.jobs) < limit and (
+            self._dry_since is None or settled_before < self._dry_since
+        ):
+            self._dry_since = settled_before
+        self._slots.unreserve(limit - len(result.jobs))  # also wakes the fetch loop
         for job in result.jobs:
             self.held[job.id] = job
             self.running += 1
-            self._start_job(self, job)
-        return len(result.jobs)
+            self._slots.admit((self, job))
 
     async def _wait_for_work(self) -> bool:
         """Block until a job is announced; True if a notify token was consumed."""
@@ -265,3 +285,8 @@ class QueueConsumer:
         except RedisError:
             return False
         return promoted.count == 0
+
+
+def _log_take_crash(take: asyncio.Task[None]) -> None:
+    if not take.cancelled() and (exc := take.exception()) is not None:
+        logger.error("a take task crashed: %r", exc, exc_info=exc)

@@ -38,9 +38,20 @@ class JobTasks:
     def start(self, consumer: QueueConsumer, taken: Taken) -> None:
         job = RunningJob(taken, consumer.keys.name)
         task = asyncio.get_running_loop().create_task(self._execute(consumer, job))
+        job.handle = task
         self.running[task] = job
         self._consumer_of[task] = consumer
         task.add_done_callback(self._forget)
+
+    def hand_back(self, consumer: QueueConsumer, taken: Taken, *, aborted: bool = False) -> None:
+        """Settle a job that waited for a slot and never started: back to ready, attempt
+        not counted (or cancelled, on an abort request)."""
+        if aborted:
+            settlement = Settlement(taken.id, taken.lease, "abort", _ABORTED)
+        else:
+            settlement = Settlement(taken.id, taken.lease, "release")
+        self.outcomes[settlement.outcome] += 1
+        consumer.handed_back(settlement)
 
     def abort(self, job_id: bytes) -> None:
         """Cancel the running job with this id, if it runs here (an abort request)."""

@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio.to_thread
 
+from .deadlines import Deadlines
 from .errors import Retry, SerializationError
 from .job import Payload, PayloadError, encode_error, encode_result
 from .middleware import CallNext, JobContext, Middleware, call_hooks, enter_job, wrap
@@ -36,6 +37,7 @@ class RunEnv:
     find_task: TaskLookup
     middleware: Sequence[Middleware] = ()
     state: dict[str, Any] = field(default_factory=dict)
+    deadlines: Deadlines = field(default_factory=Deadlines)
 
 
 class HandlerTimeout(TimeoutError):
@@ -57,9 +59,13 @@ class RunningJob:
 
     taken: Taken
     queue: str
+    handle: asyncio.Task[None] | None = None  # the asyncio task running it
     task: Task[..., Any] | None = None
     timeout: float | None = None
-    deadline: float | None = None  # event-loop time after which the watchdog steps in
+    deadline: float | None = None  # event-loop time when its handler is cancelled
+    timed_out: bool = False  # Deadlines cancelled the handler at its deadline
+    handler_done: bool = False  # the handler returned or raised (hooks may still run)
+    timeout_cleared: bool = False  # the runner took back Deadlines' cancellation
     recancelled: bool = False  # the watchdog cancelled it again after its timeout
     aborted: bool = False  # cancelled on request (Queue.cancel of a running job)
     abandoned: bool = False  # the watchdog settled it: the handler ignored its cancellation
@@ -90,8 +96,6 @@ async def run_job(job: RunningJob, env: RunEnv) -> Settlement:
         return _bury(taken, "TypeError", f"wrong arguments for {task.name}: {exc}")
     timeout = payload.timeout or task.options.timeout
     job.task, job.timeout = task, timeout
-    if timeout is not None:
-        job.deadline = asyncio.get_running_loop().time() + timeout
     context = JobContext(
         taken.job_id, job.queue, task.name, taken.attempts,
         taken.max_attempts or task.options.max_attempts, env.state,
@@ -100,18 +104,60 @@ async def run_job(job: RunningJob, env: RunEnv) -> Settlement:
     call = _handler_call(task, payload)
     if env.middleware:
         call = wrap(env.middleware, context, call)
+    return await _run(job, env.deadlines, context, call)
+
+
+async def _run(
+    job: RunningJob, deadlines: Deadlines, context: JobContext, call: CallNext
+) -> Settlement:
+    """Call the handler (through the middleware) under the job's timeout; its Settlement.
+
+    Deadlines cancels a handler at its timeout. Two ways around that are caught here: a
+    handler that swallows the cancellation and returns, and one that blocks the event
+    loop past its deadline.
+    """
+    taken, task, timeout = job.taken, job.task, job.timeout
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    if timeout is not None:
+        deadlines.watch(job, started + timeout)
     try:
-        result = await _call(task, call, timeout)
+        try:
+            result = await call()
+        finally:
+            if timeout is not None:
+                deadlines.unwatch(job)
+        if job.timed_out or (timeout is not None and loop.time() - started > timeout):
+            _clear_timeout_cancel(job)
+            raise HandlerTimeout(
+                f"{task.name} ran {loop.time() - started:.3f}s, over its {timeout}s timeout "
+                "(it swallowed the cancellation or blocked the event loop)"
+            )
         data = encode_result(result)
     except asyncio.CancelledError as exc:
+        if job.timed_out and _clear_timeout_cancel(job):
+            error = TimeoutError(f"{task.name} timed out after {timeout}s")
+            return await _after(task, context, _failed(taken, task, error), error)
         if _cancelled_from_outside():
             raise  # shutdown or abort: the worker decides what happens to the job
         return await _after(task, context, _failed(taken, task, exc), exc)  # raised by itself
     except SerializationError as exc:
         return await _after(task, context, _bury(taken, "SerializationError", str(exc)), exc)
     except BaseException as exc:
+        _clear_timeout_cancel(job)
         return await _after(task, context, _failed(taken, task, exc), exc)
     return await _after(task, context, Settlement(taken.id, taken.lease, "complete", data), result)
+
+
+def _clear_timeout_cancel(job: RunningJob) -> bool:
+    """Take back the cancellation Deadlines sent (once), so the job's own task is no longer
+    marked as cancelled; True when no other cancellation (shutdown, abort) is pending."""
+    if not job.timed_out or job.timeout_cleared:
+        return False
+    job.timeout_cleared = True
+    task = asyncio.current_task()
+    return task is not None and task.uncancel() == 0
 
 
 async def _after(
@@ -138,27 +184,6 @@ def _handler_call(task: Task[..., Any], payload: Payload) -> CallNext:
         return await _invoke(task, payload)
 
     return call
-
-
-async def _call(task: Task[..., Any], call: CallNext, timeout: float | None) -> Any:
-    """Call the handler; enforce the timeout even when the handler defeats cancellation.
-
-    ``asyncio.timeout`` is what ``wait_for`` is built on (3.12), without an extra task per
-    job. Two ways around it are caught afterwards: a handler that swallows the
-    cancellation and returns, and one that blocks the event loop past its deadline.
-    """
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    if timeout is None:
-        return await call()
-    async with asyncio.timeout(timeout) as scope:
-        result = await call()
-    if scope.expired() or loop.time() - started > timeout:
-        raise HandlerTimeout(
-            f"{task.name} ran {loop.time() - started:.3f}s, over its {timeout}s timeout "
-            "(it swallowed the cancellation or blocked the event loop)"
-        )
-    return result
 
 
 async def _invoke(task: Task[..., Any], payload: Payload) -> Any:

@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
+from ._aio import wait_event
 from .aborts import AbortListener
-from .consumer import QueueConsumer, Slots
+from .consumer import QueueConsumer
 from .health import Heartbeat
 from .jobs import JobTasks
 from .leases import LeaseKeeper
@@ -31,7 +32,8 @@ from .retention import DeadLetterTrimmer
 from .runner import RunEnv
 from .scheduler import PeriodicScheduler, Promoter
 from .settings import WorkerSettings
-from .watchdog import LoopLagMonitor, Watchdog
+from .slots import Slots
+from .watchdog import CHECK_INTERVAL, LoopLagMonitor, Watchdog
 
 if TYPE_CHECKING:
     from collections import Counter
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
 
     from .app import App
     from .priorities import PriorityMode
+    from .scripts import Taken
 
 logger = logging.getLogger(__name__)
 
@@ -126,7 +129,9 @@ class Worker:
             await hook(self.state)
         self._jobs.env = RunEnv(self.app.find_task, tuple(self.app.middleware_stack), self.state)
         settings, app_settings = self.settings, self.app.settings
-        self._slots = Slots(settings.concurrency)
+        self._slots: Slots[tuple[QueueConsumer, Taken]] = Slots(
+            settings.concurrency, lambda job: self._jobs.start(*job)
+        )
         for name in settings.queues:
             self._add_queue(redis, name)
         keeper = LeaseKeeper(
@@ -137,7 +142,7 @@ class Worker:
             stopping=self._closed,
         )  # fmt: skip
         self._aborts = AbortListener(
-            redis, [c.keys.abort_channel for c in self._consumers], self._jobs.abort,
+            redis, [c.keys.abort_channel for c in self._consumers], self._abort,
             wake_channel=f"{self._consumers[0].keys.abort_channel}:{self.id}",
             poll=settings.idle_wait, stopping=self._closed,
         )  # fmt: skip
@@ -155,6 +160,7 @@ class Worker:
                 )
             ),
             self._spawn(self._aborts.run()),
+            self._spawn(self._hand_back_stale()),
             self._spawn(DeadLetterTrimmer(
                 redis, [c.keys for c in self._consumers], max_jobs=app_settings.dead_max_jobs,
                 ttl_ms=int(app_settings.dead_ttl * 1000), stopping=self._closed,
@@ -177,7 +183,7 @@ class Worker:
         keys = self.app.queue(name).keys
         consumer = QueueConsumer(
             redis, keys, settings=self.settings, result_ttl_ms=self.app.settings.result_ttl_ms,
-            slots=self._slots, worker_id=self.id, start_job=self._jobs.start,
+            slots=self._slots, worker_id=self.id,
             stopping=self._stop_taking,
         )  # fmt: skip
         promoter = Promoter(
@@ -243,6 +249,8 @@ class Worker:
             promoter.interrupt()  # wakes its periodic scheduler too
         await self._wake_blocked_waits()
         await asyncio.gather(*self._fetchers, return_exceptions=True)
+        for consumer, taken in self._slots.take_waiting():  # never started: back to ready
+            self._jobs.hand_back(consumer, taken)
         await self._jobs.finish(grace=self.settings.grace, force=self._force)
         for consumer in self._consumers:
             consumer.acks.close()
@@ -256,6 +264,22 @@ class Worker:
             except Exception:
                 logger.exception("shutdown hook %r failed", getattr(hook, "__name__", hook))
         logger.info("worker %s stopped: %s", self.id, dict(self.outcomes))
+
+    def _abort(self, job_id: bytes) -> None:
+        """An abort request: a job waiting for a slot ends at once, a running one is
+        cancelled."""
+        waiting = self._slots.take_waiting(lambda job: job[1].id == job_id)
+        for consumer, taken in waiting:
+            logger.info("job %s: cancelled on request before it started", taken.job_id)
+            self._jobs.hand_back(consumer, taken, aborted=True)
+        if not waiting:
+            self._jobs.abort(job_id)
+
+    async def _hand_back_stale(self) -> None:
+        """Jobs taken ahead that still wait for a slot go back to ready for other workers."""
+        while not await wait_event(self._stop_taking, CHECK_INTERVAL):
+            for consumer, taken in self._slots.take_stale():
+                self._jobs.hand_back(consumer, taken)
 
     async def _wake_blocked_waits(self) -> None:
         """Each queue has two BLPOPs (fetch, schedule) on this worker's wake list: push two

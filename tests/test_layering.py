@@ -48,7 +48,9 @@ LAYERS: dict[str, int] = {
     "connection": REDIS,
     # runtime
     "runner": RUNTIME,
+    "deadlines": RUNTIME,
     "consumer": RUNTIME,
+    "slots": RUNTIME,
     "leases": RUNTIME,
     "scheduler": RUNTIME,
     "worker": RUNTIME,

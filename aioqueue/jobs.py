@@ -32,7 +32,7 @@ class JobTasks:
         self.env = env
         self.running: dict[asyncio.Task[None], RunningJob] = {}
         self.outcomes: Counter[str] = Counter()  # settlements by outcome, for logs and tests
-        self._consumer_of: dict[asyncio.Task[None], QueueConsumer] = {}
+        self._consumer_of: dict[RunningJob, QueueConsumer] = {}
         self._abandoned: set[asyncio.Task[None]] = set()
 
     def start(self, consumer: QueueConsumer, taken: Taken) -> None:
@@ -40,8 +40,6 @@ class JobTasks:
         task = asyncio.get_running_loop().create_task(self._execute(consumer, job))
         job.handle = task
         self.running[task] = job
-        self._consumer_of[task] = consumer
-        task.add_done_callback(self._forget)
 
     def hand_back(self, consumer: QueueConsumer, taken: Taken, *, aborted: bool = False) -> None:
         """Settle a job that waited for a slot and never started: back to ready, attempt
@@ -66,7 +64,7 @@ class JobTasks:
         job = self.running.pop(task)
         job.abandoned = True
         self._abandoned.add(task)
-        self._settle(self._consumer_of.pop(task), settlement or job.overdue_settlement())
+        self._settle(self._consumer_of.pop(job), settlement or job.overdue_settlement())
 
     def cancel_all(self) -> None:
         for task in self.running:
@@ -88,26 +86,28 @@ class JobTasks:
 
     async def _execute(self, consumer: QueueConsumer, job: RunningJob) -> None:
         taken = job.taken
+        self._consumer_of[job] = consumer
         try:
-            settlement = await run_job(job, self.env)
-        except asyncio.CancelledError:
-            if job.aborted:  # cancel() of a running job: it ends cancelled, not retried
-                settlement = Settlement(taken.id, taken.lease, "abort", _ABORTED)
-            elif job.recancelled:  # the watchdog's second cancellation after the timeout
-                settlement = job.overdue_settlement()
-            else:  # shutdown: back to ready, attempt not counted
+            try:
+                settlement = await run_job(job, self.env)
+            except asyncio.CancelledError:
+                if job.aborted:  # cancel() of a running job: it ends cancelled, not retried
+                    settlement = Settlement(taken.id, taken.lease, "abort", _ABORTED)
+                elif job.recancelled:  # the watchdog's second cancellation after the timeout
+                    settlement = job.overdue_settlement()
+                else:  # shutdown: back to ready, attempt not counted
+                    settlement = Settlement(taken.id, taken.lease, "release")
+            except Exception:  # a bug in aioqueue itself: keep the job, keep the worker
+                logger.exception("job %s: internal error; releasing it", taken.job_id)
                 settlement = Settlement(taken.id, taken.lease, "release")
-        except Exception:  # a bug in aioqueue itself: keep the job, keep the worker
-            logger.exception("job %s: internal error; releasing it", taken.job_id)
-            settlement = Settlement(taken.id, taken.lease, "release")
-        if not job.abandoned:
-            self._settle(consumer, settlement)
+            if not job.abandoned:
+                self._settle(consumer, settlement)
+        finally:  # forget it here: a done callback would cost a loop callback per job
+            self._consumer_of.pop(job, None)
+            if job.handle is not None:
+                self.running.pop(job.handle, None)
+                self._abandoned.discard(job.handle)
 
     def _settle(self, consumer: QueueConsumer, settlement: Settlement) -> None:
         self.outcomes[settlement.outcome] += 1
         consumer.finished(settlement)
-
-    def _forget(self, task: asyncio.Task[None]) -> None:
-        self.running.pop(task, None)
-        self._consumer_of.pop(task, None)
-        self._abandoned.discard(task)

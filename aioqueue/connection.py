@@ -16,9 +16,11 @@ need not be UTF-8, and decoding must never destroy them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from inspect import signature
 from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
+from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -62,9 +64,12 @@ def make_clients(url: str, settings: AppSettings) -> Clients:
 
 def _no_maintenance_handshake() -> dict[str, Any]:
     """redis-py 8 sends CLIENT MAINT_NOTIFICATIONS on every new connection (Redis Enterprise
-    only; Redis 7 rejects it): one wasted round trip per connection. Older versions lack it."""
+    only; Redis 7 rejects it): one wasted round trip per connection. Older versions lack
+    the option (7.x has the module, but its asyncio connections reject the argument)."""
     try:
         from redis.maint_notifications import MaintNotificationsConfig
     except ImportError:
+        return {}
+    if "maint_notifications_config" not in signature(AbstractConnection.__init__).parameters:
         return {}
     return {"maint_notifications_config": MaintNotificationsConfig(enabled=False)}

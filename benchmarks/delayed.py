@@ -129,9 +129,9 @@ class Trace:
         async def traced_sleep(promoter: Promoter, seconds: float) -> None:
             started = time.time()
             await sleep(promoter, seconds)
-            if seconds > 0:  # woken: by a schedule-wake token (or stopping), not the timer
-                woken = promoter._earlier.is_set()
-                self.sleeps.append((started, seconds, time.time(), woken))
+            if seconds > 0:  # woken early: by a schedule-wake token (or stopping), not the alarm
+                ended = time.time()
+                self.sleeps.append((started, seconds, ended, ended - started < seconds))
 
         for owner, name, wrapper in (
             (scripts, "promote", traced_promote),

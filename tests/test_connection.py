@@ -1,0 +1,29 @@
+"""The connection policy: options redis-py versions differ on are only passed where the
+installed version takes them (pyproject allows redis-py 5.2 to 8)."""
+
+from __future__ import annotations
+
+
+import pytest
+
+from aioqueue import connection
+
+
+class OldConnection:
+    """redis-py 7.x: has redis.maint_notifications, but its asyncio connections do not
+    take the option."""
+
+    def __init__(self, host: str = "localhost", port: int = 6379) -> None: ...
+
+
+def test_maintenance_handshake_is_disabled_where_redis_py_has_it() -> None:
+    options = connection._no_maintenance_handshake()
+    if options:  # redis-py 8: the option exists and is turned off
+        assert options["maint_notifications_config"].enabled is False
+
+
+def test_no_maintenance_option_for_connections_that_lack_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(connection, "AbstractConnection", OldConnection)
+    assert connection._no_maintenance_handshake() == {}

@@ -3,7 +3,6 @@ installed version takes them (pyproject allows redis-py 5.2 to 8)."""
 
 from __future__ import annotations
 
-
 import pytest
 
 from aioqueue import connection

@@ -180,7 +180,7 @@ class QueueConsumer:
         check whether everything is done).
         """
         woken = False
-        takes: set[asyncio.Task[None]] = set()
+        takes: set[asyncio.Task[scripts.TakeResult | None]] = set()
         loop = asyncio.get_running_loop()
         while not self._stopping.is_set():
             if self._dry_since is not None or self._failed:
@@ -221,8 +221,21 @@ class QueueConsumer:
             await slots.wait_change()
         return 0
 
-    async def _take(self, limit: int, woken: bool) -> None:
-        """One take call for ``limit`` reserved slots; admits the jobs it leases."""
+    async def promote_due(self, limit: int) -> scripts.Promoted:
+        """Promote up to ``limit`` due jobs, and take what there is room for in the same
+        call: the promoter's call when a delayed job falls due, so it is leased one round
+        trip after it is due (not a promote, then a notify token, then a take)."""
+        room = 0 if self._stopping.is_set() else self._slots.reserve(MAX_TAKE)
+        if room:
+            self._takes_out += 1
+            result = await self._take(room, woken=False, promote=limit)
+            if result is not None:
+                return result.promoted
+        return await scripts.promote(self.redis, self.keys, limit=limit)
+
+    async def _take(self, limit: int, woken: bool, promote: int = 0) -> scripts.TakeResult | None:
+        """One take call for ``limit`` reserved slots; admits the jobs it leases. None
+        after an error (the fetch loop then pauses)."""
         self._take_calls += 1
         lease = f"{self._worker_id}:{self._take_calls}"
         settled_before = self._settled_batches
@@ -237,13 +250,14 @@ class QueueConsumer:
                 result_ttl_ms=self._result_ttl_ms,
                 plan=self._plan(limit),
                 woken=woken,
+                promote=promote,
             )
         except Exception as exc:  # RedisError, or a reply it could not parse
             logger.warning("taking jobs from %s failed: %r", self.keys.name, exc)
             self._failed = True
             self._takes_out -= 1
             self._slots.unreserve(limit)
-            return
+            return None
         self._takes_out -= 1
         self._slots.size_lookahead(time.perf_counter() - started)
         if len(result.jobs) < limit and (
@@ -255,6 +269,7 @@ class QueueConsumer:
             self.held[job.id] = job
             self.running += 1
             self._slots.admit((self, job))
+        return result
 
     async def _wait_for_work(self) -> bool:
         """Block until a job is announced; True if a notify token was consumed."""
@@ -287,6 +302,6 @@ class QueueConsumer:
         return promoted.count == 0
 
 
-def _log_take_crash(take: asyncio.Task[None]) -> None:
+def _log_take_crash(take: asyncio.Task[scripts.TakeResult | None]) -> None:
     if not take.cancelled() and (exc := take.exception()) is not None:
         logger.error("a take task crashed: %r", exc, exc_info=exc)

@@ -1,7 +1,8 @@
 """Time-driven work of a queue inside a worker.
 
 - Promoter: sleeps until the next delayed job is due, or until an earlier job is
-  scheduled, then promotes due jobs with one script call.
+  scheduled, then promotes due jobs with one script call (in a worker, the same call
+  takes the ones it has room for: ``QueueConsumer.promote_due``).
 - PeriodicScheduler: enqueues the ticks of the queue's periodic specs (cron / interval),
   each once, however many workers race for it.
 
@@ -26,7 +27,7 @@ from .job import Payload
 from .queue import load_specs, sync_declared
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Awaitable, Callable, Sequence
 
     from redis.asyncio import Redis
 
@@ -51,8 +52,10 @@ class Promoter:
         wake_key: str,
         idle_wait: float,
         stopping: asyncio.Event,
+        promote: Callable[[int], Awaitable[scripts.Promoted]] | None = None,
     ) -> None:
         self._redis, self._keys, self._wake_key = redis, keys, wake_key
+        self._promote = promote or self._promote_only
         self._idle_wait = idle_wait
         self._stopping = stopping
         self._earlier = asyncio.Event()  # set when someone scheduled an earlier job
@@ -66,7 +69,7 @@ class Promoter:
         while not self._stopping.is_set():
             self._earlier.clear()
             try:
-                result = await scripts.promote(self._redis, self._keys, limit=PROMOTE_LIMIT)
+                result = await self._promote(PROMOTE_LIMIT)
             except RedisError as exc:
                 logger.warning("promoting due jobs of %s failed: %r", self._keys.name, exc)
                 await self._sleep(RETRY_PAUSE)
@@ -75,6 +78,9 @@ class Promoter:
                 continue  # more are due right now
             until_next = result.seconds_until_next()
             await self._sleep(MAX_SLEEP if until_next is None else min(MAX_SLEEP, until_next))
+
+    async def _promote_only(self, limit: int) -> scripts.Promoted:
+        return await scripts.promote(self._redis, self._keys, limit=limit)
 
     async def listen_loop(self) -> None:
         """Wait on the queue's schedule-wake list; a token means an earlier job arrived."""

@@ -45,7 +45,6 @@ class Script:
 _ENQUEUE = Script("enqueue")
 _TAKE = Script("take")
 _ACK = Script("ack")
-_PROMOTE = Script("promote")
 _RECLAIM = Script("reclaim")
 _EXTEND = Script("extend")
 _CANCEL = Script("cancel")
@@ -55,7 +54,7 @@ _RESCHEDULE = Script("reschedule")
 _TRIM_DEAD = Script("trim_dead")
 
 ALL_SCRIPTS = (
-    _ENQUEUE, _TAKE, _ACK, _PROMOTE, _RECLAIM, _EXTEND, _CANCEL, _REQUEUE, _PURGE,
+    _ENQUEUE, _TAKE, _ACK, _RECLAIM, _EXTEND, _CANCEL, _REQUEUE, _PURGE,
     _RESCHEDULE, _TRIM_DEAD,
 )  # fmt: skip
 
@@ -176,8 +175,13 @@ class Taken:
 
 @dataclass(frozen=True, slots=True)
 class TakeResult:
-    now_ms: int
     jobs: list[Taken]
+    promoted: Promoted  # what the call promoted first (nothing unless asked to)
+
+    @property
+    def now_ms(self) -> int:
+        """The Redis clock when the call ran."""
+        return self.promoted.now_ms
 
 
 async def take(
@@ -190,11 +194,14 @@ async def take(
     result_ttl_ms: int = 24 * 3600 * 1000,
     plan: Sequence[tuple[int, int]] | None = None,
     woken: bool = False,
+    promote: int = 0,
 ) -> TakeResult:
-    """Lease up to ``limit`` jobs, visiting priority levels by ``plan`` (default: strict)."""
-    args: list[Arg] = [lease, lease_ms, limit, int(woken), result_ttl_ms]
-    for priority, quota in plan or strict_plan(limit):
-        args += (priority, quota)
+    """Promote up to ``promote`` due jobs, then lease up to ``limit`` jobs, visiting
+    priority levels by ``plan`` (default: strict)."""
+    args: list[Arg] = [lease, lease_ms, limit, int(woken), result_ttl_ms, promote]
+    if limit:
+        for priority, quota in plan or strict_plan(limit):
+            args += (priority, quota)
     reply = await _TAKE(
         redis,
         [
@@ -205,14 +212,18 @@ async def take(
             keys.job_prefix,
             *keys.ready_lists(),
             keys.taken(lease),
+            keys.schedule,
         ],
         args,
     )
     jobs = [
         Taken(reply[i], reply[i + 1], int(reply[i + 2]), int(reply[i + 3]), lease)
-        for i in range(1, len(reply), 4)
+        for i in range(3, len(reply), 4)
     ]
-    return TakeResult(int(reply[0]), jobs)
+    next_due = int(reply[2])
+    return TakeResult(
+        jobs, Promoted(int(reply[1]), None if next_due < 0 else next_due, int(reply[0]))
+    )
 
 
 Outcome = Literal["complete", "retry", "bury", "fail", "abort", "release"]
@@ -285,13 +296,10 @@ class Promoted:
 
 
 async def promote(redis: Redis, keys: QueueKeys, *, limit: int) -> Promoted:
-    count, head, now = await _PROMOTE(
-        redis,
-        [keys.schedule, keys.notify, keys.job_prefix, keys.dead, keys.seq, *keys.ready_lists()],
-        [limit],
-    )
-    next_due = int(head)
-    return Promoted(int(count), None if next_due < 0 else next_due, int(now))
+    """Move up to ``limit`` due jobs from the schedule to their ready lists (take.lua,
+    taking none)."""
+    taken = await take(redis, keys, lease="promote", lease_ms=0, limit=0, promote=limit)
+    return taken.promoted
 
 
 @dataclass(frozen=True, slots=True)

@@ -188,7 +188,7 @@ class Worker:
         )  # fmt: skip
         promoter = Promoter(
             redis, keys, wake_key=consumer.wake_key, idle_wait=self.settings.idle_wait,
-            stopping=self._stop_taking,
+            stopping=self._stop_taking, promote=consumer.promote_due,
         )  # fmt: skip
         self._consumers.append(consumer)
         self._promoters.append(promoter)

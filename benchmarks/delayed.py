@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import bisect
 import json
 import platform
 import random
@@ -105,20 +104,13 @@ def build_app(url: str) -> tuple[aioqueue.App, aioqueue.Task[[int], float]]:
 class Trace:
     """What the worker's promoter and consumer did, by this machine's clock (seconds)."""
 
-    promotes: list[tuple[float, float, int, int]] = field(default_factory=list)
     takes: list[tuple[float, float, list[str]]] = field(default_factory=list)
     sleeps: list[tuple[float, float, float, bool]] = field(default_factory=list)
 
     def install(self) -> None:
-        """Wrap scripts.promote and scripts.take (module attributes, looked up at each call)
-        and Promoter._sleep, so the worker's own loops go through the wrappers."""
-        promote, take, sleep = scripts.promote, scripts.take, Promoter._sleep
-
-        async def traced_promote(redis: Redis, keys: QueueKeys, *, limit: int) -> Any:
-            sent = time.time()
-            result = await promote(redis, keys, limit=limit)
-            self.promotes.append((sent, time.time(), result.count, result.now_ms))
-            return result
+        """Wrap scripts.take (a module attribute, looked up at each call; promotes go
+        through it too) and Promoter._sleep, so the worker's own loops use the wrappers."""
+        take, sleep = scripts.take, Promoter._sleep
 
         async def traced_take(redis: Redis, keys: QueueKeys, **options: Any) -> Any:
             sent = time.time()
@@ -134,7 +126,6 @@ class Trace:
                 self.sleeps.append((started, seconds, ended, ended - started < seconds))
 
         for owner, name, wrapper in (
-            (scripts, "promote", traced_promote),
             (scripts, "take", traced_take),
             (Promoter, "_sleep", traced_sleep),
         ):
@@ -509,10 +500,9 @@ def tick_calls(tick: Tick) -> str:
 
 
 def stage_table(results: dict[str, list[RoundResult]], trace: Trace) -> Iterator[str]:
-    """Split each job's lateness: due -> promote call sent (the promoter's wake-up) ->
-    take call sent (promote reply, notify token, fetch loop) -> take reply -> handler."""
-    promotes = sorted((p for p in trace.promotes if p[2] > 0), key=lambda p: p[3])
-    promote_now = [p[3] for p in promotes]
+    """Split each job's lateness: due -> take call sent (the promoter's wake-up; when the
+    worker has room its promote call is that take, else a notify token wakes the fetch
+    loop) -> take reply -> handler."""
     take_of: dict[str, tuple[float, float]] = {
         job_id: (sent, received) for sent, received, ids in trace.takes for job_id in ids
     }
@@ -520,20 +510,13 @@ def stage_table(results: dict[str, list[RoundResult]], trace: Trace) -> Iterator
     yield "|---|---|---:|---:|---:|"
     for name, rounds in results.items():
         stages: dict[str, list[float]] = {
-            "due → promote sent": [],
-            "promote sent → take sent": [],
+            "due → take sent": [],
             "take sent → take reply": [],
             "take reply → handler": [],
         }
         for s in (s for r in rounds for s in r.samples):
-            promote = promotes[bisect.bisect_left(promote_now, s.due_ms)]  # first one after due
             take_sent, take_reply = (t * 1000 for t in take_of[s.job_id])
-            values = (
-                promote[0] * 1000 - s.due_ms,
-                take_sent - promote[0] * 1000,
-                take_reply - take_sent,
-                s.started_ms - take_reply,
-            )
+            values = (take_sent - s.due_ms, take_reply - take_sent, s.started_ms - take_reply)
             for stage, value in zip(stages.values(), values, strict=True):
                 stage.append(value)
         for stage_name, column in stages.items():

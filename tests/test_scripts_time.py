@@ -1,4 +1,5 @@
-"""The clock-driven scripts: lua/promote.lua, lua/reclaim.lua and lua/extend.lua.
+"""The clock-driven scripts: promotion (lua/take.lua, which scripts.promote calls taking
+nothing), lua/reclaim.lua and lua/extend.lua.
 
 fakeredis[lua] is faithful for what these scripts use (TIME, ZRANGEBYSCORE with LIMIT,
 ZRANGE WITHSCORES read back with tonumber, redis.pcall error tables, ZADD XX, cjson), so
@@ -55,6 +56,34 @@ async def test_promote_moves_due_jobs_in_due_order_across_priorities(
         assert await db.hget(keys.job(job_id), "s") == b"queued"
     assert await db.hget(keys.job("future"), "s") == b"scheduled"
     assert await take(db, keys, limit=10) == [b"d", b"b", b"c", b"a"]
+
+
+async def test_a_take_can_promote_first_and_lease_what_it_promoted(
+    db: Redis, keys: QueueKeys
+) -> None:
+    for job_id in ("a", "b", "c", "future"):
+        await put(db, keys, job_id, delay_ms=FAR)
+    await make_due(db, keys, {"a": 1_000, "b": 2_000, "c": 3_000})
+
+    result = await scripts.take(db, keys, lease="w:1", lease_ms=30_000, limit=1, promote=10)
+
+    assert [job.job_id for job in result.jobs] == ["a"]  # due first, leased in the same call
+    assert result.promoted.count == 3
+    assert result.promoted.next_due_ms == await db.zscore(keys.schedule, "future")
+    assert await db.hget(keys.job("a"), "s") == b"active"
+    assert await db.zscore(keys.active, "a") is not None
+    assert await db.lrange(keys.ready(0), 0, -1) == [b"b", b"c"]
+    assert await db.llen(keys.notify) == 2  # tokens for the two left for other workers
+
+
+async def test_a_take_promotes_nothing_unless_asked(db: Redis, keys: QueueKeys) -> None:
+    await put(db, keys, "due", delay_ms=FAR)
+    await make_due(db, keys, {"due": 1_000})
+
+    result = await scripts.take(db, keys, lease="w:1", lease_ms=30_000, limit=5)
+
+    assert (result.jobs, result.promoted.count, result.promoted.next_due_ms) == ([], 0, None)
+    assert await db.zrange(keys.schedule, 0, -1) == [b"due"]
 
 
 async def test_promote_respects_its_limit(db: Redis, keys: QueueKeys) -> None:

@@ -215,3 +215,35 @@ async def _is(job: aioqueue.Job[Any], status: aioqueue.JobStatus) -> bool:
 
 async def _is_active(job: aioqueue.Job[Any]) -> bool:
     return await _is(job, aioqueue.JobStatus.ACTIVE)
+
+
+async def test_jobs_the_promoter_takes_respect_the_concurrency_limit(app: aioqueue.App) -> None:
+    running = peak = done = 0
+    permits = asyncio.Semaphore(0)
+
+    @app.task(queue="q")
+    async def gated(n: int) -> None:
+        nonlocal running, peak, done
+        running += 1
+        peak = max(peak, running)
+        await permits.acquire()
+        running -= 1
+        done += 1
+
+    async with app.worker(concurrency=2) as worker:
+        for n in range(5):  # due together, while the worker idles: its promoter takes them
+            await gated.enqueue(n).options(delay=0.2)
+
+        async def two_running() -> bool:
+            return running == 2
+
+        await wait_until(two_running)
+        for _ in range(5):
+            permits.release()
+
+        async def all_done() -> bool:
+            return done == 5
+
+        await wait_until(all_done)
+        assert worker.outcomes["complete"] == 5
+    assert peak == 2

@@ -1,6 +1,13 @@
---[[ take: lease up to `limit` ready jobs to one worker, FIFO within a priority. Each taken
-job moves to the active ZSET in this same atomic step, so there is no instant at which a
-job exists only in a worker's memory.
+--[[ take: promote due jobs, then lease up to `limit` ready jobs to one worker, FIFO within
+a priority. Each taken job moves to the active ZSET in this same atomic step, so there is
+no instant at which a job exists only in a worker's memory.
+
+Promotion moves due jobs from the schedule to their ready lists, in due order, with a
+notify token each (so other workers wake for the ones this call does not take). Any number
+of callers may promote at once: each due job is promoted exactly once, because the whole
+step is atomic. A worker's promoter calls this when a delayed job falls due, so the job is
+promoted and leased in one round trip; with `limit` 0 it only promotes. Schedule entries
+whose record is no longer scheduled (cancelled) are only removed.
 
 The caller plans the order: it lists priority levels, each with a quota. A first pass takes
 up to each level's quota in that order; a second pass fills what is left in the same
@@ -10,8 +17,8 @@ a weighted-random order, quotas by weight) keeps low levels from starving.
 Entries that are not a queued job are handled here, never dropped silently:
 a cancelled job's stale entry is skipped (its record already says cancelled, and from now
 on expires like any finished record); an entry
-with no job record, or whose record is not a hash, is buried in the dead set with its
-raw bytes kept, under a minted id "poison-<n>".
+with no job record, or whose record is not a hash (in a ready list or the schedule), is
+buried in the dead set with its raw bytes kept, under a minted id "poison-<n>".
 
 KEYS[1]     active    ZSET  job id -> lease deadline (ms)
 KEYS[2]     notify    LIST  wake-up tokens; trimmed by the number of entries taken
@@ -22,26 +29,34 @@ KEYS[6..15] ready     LIST  ready lists of priorities 0..9
 KEYS[16]    taken     LIST  ids this lease token took (expires with the lease): if the same
                             call comes again (a client resend after a lost reply), it gets
                             the same jobs back instead of stranding them and taking more
+KEYS[17]    schedule  ZSET  job id -> due time (ms)
 ARGV[1] lease     lease token, unique per call (worker id + call number)
 ARGV[2] lease_ms  lease length
 ARGV[3] limit     max jobs to take (bounds run time)
 ARGV[4] woken     1 if the caller's BLPOP just consumed a notify token, else 0: the tokens
                   trimmed are one per entry popped, minus the one already consumed
 ARGV[5] result_ttl_ms  how long a skipped cancelled record is kept; 0 deletes it
-ARGV[6..] pairs   priority (0..9), quota: the plan. Unless it lists all ten levels, the
-                  notify tokens of the levels left out are kept.
+ARGV[6] promote   promote up to this many due jobs first (0: none; bounds run time)
+ARGV[7..] pairs   priority (0..9), quota: the plan (none needed when limit is 0). Unless it
+                  lists all ten levels, the notify tokens of the levels left out are kept.
 
-Returns {now_ms, id_1, payload_1, attempts_1, max_attempts_1, id_2, ...}.
+Returns {now_us, promoted, next_due_ms, id_1, payload_1, attempts_1, max_attempts_1, id_2,
+...}: now_us is the Redis clock in microseconds (so a promoter can sleep to the exact due
+time), next_due_ms the schedule's head after this call (-1 if empty, or if not promoting).
 ]]
 local active, notify, dead, seq, job_prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local lease, lease_ms, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local woken, result_ttl_ms = tonumber(ARGV[4]), tonumber(ARGV[5])
-if #ARGV < 7 then return redis.error_reply('take: no priority plan given (ARGV[6..])') end
+local promote_limit, schedule = tonumber(ARGV[6]), KEYS[17]
+if limit > 0 and #ARGV < 8 then
+  return redis.error_reply('take: no priority plan given (ARGV[7..])')
+end
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local deadline = now + lease_ms
-local out = {now}
+local out = {now_us, 0, -1}
 local taken, popped = 0, 0
 local taken_key, taken_ids = KEYS[16], {}
 
@@ -66,6 +81,31 @@ local function bury_foreign(entry, reason)
   redis.call('ZADD', dead, now, id)
 end
 
+local function promote()
+  local due = redis.call('ZRANGEBYSCORE', schedule, '-inf', now, 'LIMIT', 0, promote_limit)
+  if #due == 0 then return 0 end
+  redis.call('ZREM', schedule, unpack(due))
+  local promoted = 0
+  for i = 1, #due do
+    local record = redis.pcall('HMGET', job_prefix .. due[i], 's', 'pr')
+    if record.err then
+      bury_foreign(due[i], 'job record is not a hash')
+    elseif not record[1] then
+      bury_foreign(due[i], 'schedule entry has no job record')
+    elseif record[1] == 'scheduled' then
+      local priority = math.max(0, math.min(9, tonumber(record[2] or 0) or 0))
+      redis.call('HSET', job_prefix .. due[i], 's', 'queued')
+      redis.call('RPUSH', KEYS[6 + priority], due[i])
+      promoted = promoted + 1
+    end
+  end
+  if promoted > 0 then
+    local tokens = {}
+    for i = 1, promoted do tokens[i] = 1 end
+    redis.call('RPUSH', notify, unpack(tokens))
+  end
+  return promoted
+end
 local function take_one(id)
   local key = job_prefix .. id
   local record = redis.pcall('HMGET', key, 's', 'p', 'n', 'm')
@@ -106,14 +146,19 @@ local function drain(priority, want)
   end
 end
 
+if promote_limit > 0 then
+  out[2] = promote()
+  local head = redis.call('ZRANGE', schedule, 0, 0, 'WITHSCORES')
+  out[3] = tonumber(head[2] or -1)
+end
 local partial = false -- any quota below the limit: a second pass may find more
-for i = 6, #ARGV, 2 do
+for i = 7, #ARGV, 2 do
   local quota = tonumber(ARGV[i + 1])
   if quota < limit then partial = true end
   drain(tonumber(ARGV[i]), quota)
 end
 if partial then
-  for i = 6, #ARGV, 2 do drain(tonumber(ARGV[i]), limit) end
+  for i = 7, #ARGV, 2 do drain(tonumber(ARGV[i]), limit) end
 end
 
 if taken > 0 then
@@ -121,7 +166,7 @@ if taken > 0 then
   redis.call('PEXPIRE', taken_key, lease_ms)
 end
 
-local every_level = (#ARGV - 5) / 2 >= 10
+local every_level = (#ARGV - 6) / 2 >= 10
 if taken < limit and every_level then
   redis.call('DEL', notify) -- every ready list is empty now
 elseif popped > woken then

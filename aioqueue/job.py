@@ -68,18 +68,7 @@ class Payload:
 
     def encode(self, max_bytes: int) -> bytes:
         """Encode for Redis; raise SerializationError or PayloadTooLarge, writing nothing."""
-        body: dict[str, Any] = {"v": WIRE_VERSION, "t": self.task, "a": self.args, "k": self.kwargs}
-        if self.timeout is not None:
-            body["to"] = self.timeout
-        try:
-            raw = orjson.dumps(body)
-        except TypeError as exc:
-            raise SerializationError(
-                f"arguments of task {self.task!r} are not JSON-serializable: {exc}"
-            ) from exc
-        if len(raw) > max_bytes:
-            raise PayloadTooLarge(len(raw), max_bytes)
-        return raw
+        return encode_payload(self.task, self.args, self.kwargs, self.timeout, max_bytes)
 
     @classmethod
     def decode(cls, raw: bytes) -> Payload:
@@ -100,6 +89,35 @@ class Payload:
             raise PayloadError("payload timeout is not a number")
         return cls(task, args, kwargs, timeout)
 
+
+def encode_payload(
+    task: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    timeout: float | None,
+    max_bytes: int,
+) -> bytes:
+    """A Payload's bytes, without building the Payload (the enqueue path calls this)."""
+    body: dict[str, Any] = {
+        "v": WIRE_VERSION,
+        "t": task,
+        "a": args if type(args) in _JSON_ARRAYS else list(args),
+        "k": kwargs if type(kwargs) is dict else dict(kwargs),
+    }
+    if timeout is not None:
+        body["to"] = timeout
+    try:
+        raw = orjson.dumps(body)
+    except TypeError as exc:
+        raise SerializationError(
+            f"arguments of task {task!r} are not JSON-serializable: {exc}"
+        ) from exc
+    if len(raw) > max_bytes:
+        raise PayloadTooLarge(len(raw), max_bytes)
+    return raw
+
+
+_JSON_ARRAYS = (list, tuple)  # what orjson writes as arrays itself (a subclass is copied)
 
 # orjson reads an integer beyond 64 bits as a float, silently changing it. Such digits
 # are rare, so a cheap scan decides whether to re-read the payload strictly.

@@ -15,7 +15,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from . import scripts
 from .batching import EnqueueBatcher
 from .errors import ConfigError, EnqueueUnconfirmed, InvalidArguments
-from .job import Job, JobInfo, JobStatus, Payload
+from .job import Job, JobInfo, JobStatus, encode_payload
 from .keys import QueueKeys
 from .periodic import Periodic
 from .priorities import DEFAULT_PRIORITY, resolve_priority
@@ -72,6 +72,9 @@ class JobOptions:
         if delay < 0:
             raise ConfigError("delay must not be negative")
         return int(delay * 1000)
+
+
+NO_OPTIONS = JobOptions()  # shared by every call that sets none (it is frozen)
 
 
 class EnqueueCall(Generic[R]):
@@ -145,7 +148,7 @@ class Queue:
 
         Await the call for a Job handle. When it returns, the job is in Redis.
         """
-        return EnqueueCall(self, task, args, kwargs, JobOptions())
+        return EnqueueCall(self, task, args, kwargs, NO_OPTIONS)
 
     def job(self, job_id: str) -> Job[Any]:
         """A handle on an existing job of this queue."""
@@ -186,22 +189,31 @@ class Queue:
         options: JobOptions,
     ) -> scripts.NewJob:
         """Validate and encode one job; raise (writing nothing) on bad input."""
-        name, known = (task.name, task) if isinstance(task, Task) else (task, None)
-        known = known or self._host.find_task(name)
+        known: Task[..., Any] | None
+        if isinstance(task, Task):
+            name, known = task.name, task
+        else:
+            name, known = task, self._host.find_task(task)
         if known is not None:
             try:
                 known.check_arguments(args, kwargs)
             except TypeError as exc:
                 raise InvalidArguments(f"task {name!r} cannot take these arguments: {exc}") from exc
-        payload = Payload(name, list(args), dict(kwargs), options.timeout).encode(
-            self._host.settings.max_payload_bytes
+        payload = encode_payload(
+            name, args, kwargs, options.timeout, self._host.settings.max_payload_bytes
         )
-        default_priority = known.options.priority if known else DEFAULT_PRIORITY
-        priority = resolve_priority(
-            options.priority if options.priority is not None else default_priority
+        job_id = options.id or os.urandom(16).hex()
+        if not isinstance(job_id, str):
+            raise ConfigError(f"id must be a str, got {type(job_id).__name__}")
+        if options is NO_OPTIONS:  # most enqueues: the task's defaults, nothing to resolve
+            if known is None:
+                return scripts.NewJob(job_id, payload, DEFAULT_PRIORITY)
+            return scripts.NewJob(job_id, payload, known.priority, known.options.max_attempts)
+        default_priority = known.priority if known else DEFAULT_PRIORITY
+        priority = (
+            default_priority if options.priority is None else resolve_priority(options.priority)
         )
         max_attempts = options.max_attempts or (known.options.max_attempts if known else 0)
-        job_id = options.id or os.urandom(16).hex()
         return scripts.NewJob(
             job_id, payload, priority, max_attempts, options.delay_ms(), options.due_ms()
         )

@@ -72,6 +72,11 @@ class Task(Generic[P, R]):
     def name(self) -> str:
         return self.options.name
 
+    @property
+    def priority(self) -> int:
+        """The task's default priority level, 0..9 (its option may be a name)."""
+        return resolve_priority(self.options.priority)
+
     def __repr__(self) -> str:
         return f"Task({self.name!r}, queue={self.options.queue!r})"
 

@@ -4,7 +4,8 @@
 
 Measures, per run (the table shows the median of ``--repeat`` runs):
   (a) enqueue rate, one ``await`` at a time
-  (b) enqueue rate, ``asyncio.gather`` of 500 at a time
+  (b) enqueue rate, ``asyncio.gather`` of 500 at a time, and of one bulk
+      ``queue.enqueue_many`` of all N jobs
   (c) a redis-py baseline on the app's own client: sequential EVALSHA of ``return 1``,
       and sequential RPUSH
   (d) drain rate of N queued no-op jobs through one burst worker in a separate process
@@ -113,6 +114,7 @@ class Run:
 
     enqueue_seq: float = 0.0  # jobs/s
     enqueue_gather: float = 0.0  # jobs/s
+    enqueue_bulk: float = 0.0  # jobs/s
     evalsha: float = 0.0  # calls/s
     rpush: float = 0.0  # calls/s
     drain: float = 0.0  # jobs/s
@@ -166,6 +168,13 @@ async def measure(url: str, jobs: int, concurrency: int) -> Run:
         # (b) 500 at a time
         await redis.flushall()
         run.enqueue_gather = await rate(jobs, lambda _: noop.enqueue(), batch=GATHER)
+
+        # (b) all at once, in bulk
+        await redis.flushall()
+        queue = app.queue(QUEUE)
+        started = time.perf_counter()
+        await queue.enqueue_many(noop.enqueue() for _ in range(jobs))
+        run.enqueue_bulk = jobs / (time.perf_counter() - started)
 
         # (c) redis-py alone, on the same client and pool
         await redis.flushall()
@@ -232,6 +241,7 @@ def table(runs: list[Run], jobs: int, concurrency: int) -> Iterator[str]:
     yield "|---|---:|---:|"
     yield f"| (a) enqueue, one await at a time | {per_second('enqueue_seq')} |"
     yield f"| (b) enqueue, gather {GATHER} at a time | {per_second('enqueue_gather')} |"
+    yield f"| (b) enqueue_many of {jobs:,}, one call | {per_second('enqueue_bulk')} |"
     yield f"| (c) redis-py EVALSHA `return 1`, sequential | {per_second('evalsha')} |"
     yield f"| (c) redis-py RPUSH, sequential | {per_second('rpush')} |"
     yield f"| (d) drain, 1 worker process, concurrency {concurrency} | {per_second('drain')} |"

@@ -104,6 +104,21 @@ async def test_wrong_arguments_via_task_handle_raise_invalid_arguments(
     await assert_nothing_written(redis, prefix, app.queue("q"))
 
 
+async def test_a_job_id_that_is_not_a_str_raises_config_error(
+    app: aioqueue.App, redis: Redis, prefix: str
+) -> None:
+    @app.task(queue="q")
+    async def noop() -> None: ...
+
+    untyped: Any = noop.enqueue()
+    for job_id in (42, b"bytes"):
+        with pytest.raises(aioqueue.ConfigError, match="id must be a str"):
+            await untyped.options(id=job_id)
+    with pytest.raises(aioqueue.ConfigError, match="id must be a str"):
+        await app.queue("q").enqueue_many([untyped.options(id=42)])
+    await assert_nothing_written(redis, prefix, app.queue("q"))
+
+
 @pytest.mark.parametrize("number", [2**64, 2**64 + 1, -(2**63) - 1, 10**30])
 async def test_huge_integers_raise_serialization_error(
     app: aioqueue.App, redis: Redis, prefix: str, number: int

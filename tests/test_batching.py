@@ -6,8 +6,12 @@ import asyncio
 
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.connection import Connection
 
 import aioqueue
+from aioqueue import scripts
+from aioqueue.keys import QueueKeys
+from aioqueue.scripts import NewJob
 
 
 def _text(raw: bytes | str) -> str:
@@ -60,6 +64,7 @@ async def test_bulk_enqueue_writes_thousands_in_order(app: aioqueue.App, redis: 
     assert [_text(raw) for raw in ready] == [job.id for job in jobs]
     dup = await queue.enqueue_many([noop.enqueue(0).options(id=jobs[0].id)])
     assert dup[0].created is False and dup[0].id == jobs[0].id
+    assert await queue.enqueue_many([]) == []
 
 
 async def test_bulk_enqueue_validates_everything_before_writing(app: aioqueue.App) -> None:
@@ -75,3 +80,70 @@ async def test_bulk_enqueue_validates_everything_before_writing(app: aioqueue.Ap
     with pytest.raises(aioqueue.ConfigError, match="got a job for 'other'"):
         await queue.enqueue_many([noop.enqueue(1), elsewhere.enqueue()])
     assert (await queue.counts()).ready == 0
+
+
+def test_the_packed_enqueue_is_the_command_redis_py_would_send() -> None:
+    keys = QueueKeys.for_queue("p", "q")
+    jobs = [
+        NewJob("a", b'{"x":1}', 5),
+        NewJob("\u00e9-\u00fc", b"\x00\xff" * 40, 9, 3, 1500, 1_700_000_000_000),
+        NewJob("c", b"", 0, max_attempts=12, due_ms=-86_400_000),  # at= before 1970
+    ]
+    for batch in ([jobs[0]], jobs, jobs[::-1]):
+        script_keys, args = scripts._enqueue_call(keys, batch)
+        command = ("EVALSHA", scripts._ENQUEUE.sha, len(script_keys), *script_keys, *args)
+        assert scripts._pack_enqueue(keys, batch) == b"".join(Connection().pack_command(*command))
+    with pytest.raises(ValueError, match="priority"):
+        scripts._pack_enqueue(keys, [NewJob("a", b"", 10)])
+
+
+async def test_enqueues_carry_on_after_their_connection_is_killed(
+    app: aioqueue.App, redis: Redis
+) -> None:
+    @app.task
+    async def noop(n: int) -> None: ...
+
+    queue = app.queue()
+    await noop.enqueue(0)
+    await redis.client_kill_filter(_type="normal", skipme=True)  # the app's connections
+    await noop.enqueue(1)  # resent by the client's retry, on a new connection
+    await asyncio.gather(*(noop.enqueue(n) for n in range(2, 50)))
+    await redis.client_kill_filter(_type="normal", skipme=True)
+    await asyncio.gather(*(noop.enqueue(n) for n in range(50, 100)))
+    await queue.enqueue_many(noop.enqueue(n) for n in range(100, 110))
+    assert (await queue.counts()).ready == 110
+
+
+async def test_enqueues_load_the_script_again_after_a_script_flush(
+    app: aioqueue.App, redis: Redis
+) -> None:
+    @app.task
+    async def noop(n: int) -> None: ...
+
+    async def refusals() -> int:
+        stats = await redis.info("errorstats")
+        return int(stats.get("errorstat_NOSCRIPT", {}).get("count", 0))
+
+    queue = app.queue()
+    await noop.enqueue(0)
+    before = await refusals()
+    await redis.script_flush()
+    assert (await noop.enqueue(1)).created
+    await redis.script_flush()
+    assert all(job.created for job in await asyncio.gather(*(noop.enqueue(n) for n in range(100))))
+    await redis.script_flush()
+    jobs = await queue.enqueue_many(noop.enqueue(n) for n in range(2500))  # three calls, one write
+    assert all(job.created for job in jobs)
+    assert (await queue.counts()).ready == 2602
+    assert await refusals() - before == 5  # lone 1, gathered 1 (the rest waited), bulk 3
+
+
+async def test_an_app_closed_and_used_again_enqueues_on_a_new_connection(app: aioqueue.App) -> None:
+    @app.task
+    async def noop() -> None: ...
+
+    await noop.enqueue()
+    await app.close()  # closes the connection the queue kept for its enqueues
+    await noop.enqueue()
+    await asyncio.gather(noop.enqueue(), noop.enqueue())
+    assert (await app.queue().counts()).ready == 4

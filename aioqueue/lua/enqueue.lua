@@ -16,12 +16,12 @@ KEYS[6..]    ready          LIST  the ready lists of the priorities this call us
                                   order ARGV[2] lists them (a lone job declares one, not ten)
 ARGV[1]      count          jobs in this call
 ARGV[2]      priorities     the priorities of KEYS[6..], comma-separated, e.g. "5" or "9,5"
-ARGV[2..]    six per job: id, payload (JSON), priority (0..9), max_attempts (0 = the worker's
-             default), delay_ms (from now on the Redis clock; <= 0 for none), due_ms (epoch
-             ms; <= 0 for none; the later of the two wins)
-(the job fields start at ARGV[3]); then, only with count = 1, optionally: periodic spec
-name, tick_ms — the job is written only
-if that tick is later than the last one recorded for the spec
+ARGV[3..]    six per job: id, payload (JSON), priority (0..9, written as in ARGV[2]),
+             max_attempts (0 = the worker's default), delay_ms (from now on the Redis
+             clock; <= 0 for none), due_ms (epoch ms; <= 0 for none; the later of the two
+             wins); integers in decimal, stored as sent
+ARGV[9..10]  only with count = 1, optionally: periodic spec name, tick_ms — the job is
+             written only if that tick is later than the last one recorded for the spec
 
 Returns {created_1, state_1, created_2, ...}: created is 1 when the job was written, 0 when
 a job with its id exists (state is then that job's state) or its tick was enqueued
@@ -31,11 +31,16 @@ local notify, schedule, schedule_wake = KEYS[1], KEYS[2], KEYS[3]
 local ticks, job_prefix = KEYS[4], KEYS[5]
 local count = tonumber(ARGV[1])
 
+-- Straight-line code, no closures or iterators per job: this runs once per enqueue.
 local ready = {}
-local position = 6
-for priority in string.gmatch(ARGV[2], '%d+') do
-  ready[tonumber(priority)] = KEYS[position]
-  position = position + 1
+if #ARGV[2] == 1 then -- one priority: a lone job, and most batches
+  ready[ARGV[2]] = KEYS[6]
+else
+  local position = 6
+  for priority in string.gmatch(ARGV[2], '%d+') do
+    ready[priority] = KEYS[position]
+    position = position + 1
+  end
 end
 
 if count == 1 and ARGV[9] then -- one job per periodic tick, however many schedulers race
@@ -50,39 +55,41 @@ local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local out = {}
 local tokens = 0
 
-local function write(id, payload, priority, max_attempts, delay_ms, due_ms)
+for i = 1, count do
+  local base = i * 6 - 3 -- id, payload, priority, max_attempts, delay_ms, due_ms
+  local id = ARGV[base]
   local job = job_prefix .. id
   local existing = redis.call('HGET', job, 's')
-  if existing then return 0, existing end
-  local due = 0
-  if delay_ms > 0 then due = now + delay_ms end
-  if due_ms > due then due = due_ms end
-  if due > now then
-    redis.call('HSET', job, 'p', payload, 's', 'scheduled', 'n', 0, 'm', max_attempts,
-      'pr', priority, 'et', now)
-    redis.call('ZADD', schedule, due, id)
-    local head = redis.call('ZRANGE', schedule, 0, 0)
-    if head[1] == id and redis.call('LLEN', schedule_wake) == 0 then
-      redis.call('RPUSH', schedule_wake, due)
+  if existing then
+    out[2 * i - 1], out[2 * i] = 0, existing
+  else
+    local due = 0
+    local delay_ms, due_ms = tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5])
+    if delay_ms > 0 then due = now + delay_ms end
+    if due_ms > due then due = due_ms end
+    -- priority and max_attempts are stored as sent (decimal integers from the client)
+    if due > now then
+      redis.call('HSET', job, 'p', ARGV[base + 1], 's', 'scheduled', 'n', 0,
+        'm', ARGV[base + 3], 'pr', ARGV[base + 2], 'et', now)
+      redis.call('ZADD', schedule, due, id)
+      local head = redis.call('ZRANGE', schedule, 0, 0)
+      if head[1] == id and redis.call('LLEN', schedule_wake) == 0 then
+        redis.call('RPUSH', schedule_wake, due)
+      end
+      out[2 * i - 1], out[2 * i] = 1, 'scheduled'
+    else
+      redis.call('HSET', job, 'p', ARGV[base + 1], 's', 'queued', 'n', 0,
+        'm', ARGV[base + 3], 'pr', ARGV[base + 2], 'et', now)
+      redis.call('RPUSH', ready[ARGV[base + 2]], id)
+      tokens = tokens + 1
+      out[2 * i - 1], out[2 * i] = 1, 'queued'
     end
-    return 1, 'scheduled'
   end
-  redis.call('HSET', job, 'p', payload, 's', 'queued', 'n', 0, 'm', max_attempts,
-    'pr', priority, 'et', now)
-  redis.call('RPUSH', ready[priority], id)
-  tokens = tokens + 1
-  return 1, 'queued'
 end
 
-for i = 0, count - 1 do
-  local base = 3 + i * 6
-  local created, state = write(ARGV[base], ARGV[base + 1], tonumber(ARGV[base + 2]),
-    tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5]))
-  out[#out + 1] = created
-  out[#out + 1] = state
-end
-
-if tokens > 0 then
+if tokens == 1 then
+  redis.call('RPUSH', notify, 1)
+elseif tokens > 1 then
   local batch = {}
   for i = 1, tokens do batch[i] = 1 end
   redis.call('RPUSH', notify, unpack(batch))

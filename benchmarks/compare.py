@@ -1,7 +1,7 @@
 """aioqueue against its peers, on one private Redis server, in one run.
 
     .venv/bin/python -m benchmarks.compare [--quick] [--systems aioqueue,arq,...]
-        [--jobs 20000] [--concurrency 100] [--repeat 3] [--out benchmarks/results]
+        [--jobs 20000] [--concurrency 100] [--repeat 1] [--out benchmarks/results]
         [--variants all|default] [--scale] [--processes 2]
 
 Each system has an adapter in ``benchmarks/peers/<system>/`` (the contract:
@@ -848,7 +848,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, help="jobs per scenario (20,000; --quick 1,000)")
     parser.add_argument("--concurrency", type=int, default=100)
     parser.add_argument(
-        "--repeat", type=int, help="runs per target; tables show medians (3; --quick 1)"
+        "--repeat", type=int, help="runs per target; tables show medians (default 1)"
     )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--variants", choices=["all", "default"], help="(all; --quick default)")
@@ -876,7 +876,7 @@ def make_config(args: argparse.Namespace, url: str) -> Config:
         url=url,
         jobs=args.jobs or (1_000 if quick else 20_000),
         concurrency=args.concurrency,
-        repeat=args.repeat or (1 if quick else 3),
+        repeat=args.repeat or 1,
         quick=quick,
         delayed=args.delayed if args.delayed is not None else not quick,
         all_variants=(args.variants or ("default" if quick else "all")) == "all",

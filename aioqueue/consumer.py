@@ -139,6 +139,9 @@ class QueueConsumer:
         self._dry_since: int | None = None  # a take came back short (settled count at its send)
         self._failed = False  # a take failed: pause before the next
         self._takes_out = 0  # take calls in flight
+        # One take at a time until one comes back full: a worker woken for one job sends
+        # one call, not TAKES_IN_FLIGHT (the extra calls would only delay that job).
+        self._probing = True
         self._plan = planner(settings.priority_mode, settings.priority_weights)
 
     def interrupt(self) -> None:
@@ -197,6 +200,7 @@ class QueueConsumer:
                         return
                     continue
                 woken = await self._wait_for_work()
+                self._probing = True
                 continue
             size = await self._reserve_take()
             if size:
@@ -216,7 +220,8 @@ class QueueConsumer:
         while not (self._stopping.is_set() or self._failed or self._dry_since is not None):
             chunk = min(MAX_TAKE, max(MIN_TAKE_CHUNK, slots.capacity // TAKES_IN_FLIGHT))
             out = self._takes_out
-            if out < TAKES_IN_FLIGHT and slots.room >= (chunk if out else 1):
+            limit = 1 if self._probing else TAKES_IN_FLIGHT
+            if out < limit and slots.room >= (chunk if out else 1):
                 return slots.reserve(chunk)
             await slots.wait_change()
         return 0
@@ -260,15 +265,15 @@ class QueueConsumer:
             return None
         self._takes_out -= 1
         self._slots.size_lookahead(time.perf_counter() - started)
-        if len(result.jobs) < limit and (
-            self._dry_since is None or settled_before < self._dry_since
-        ):
+        if len(result.jobs) == limit:
+            self._probing = False  # the queue has more: pipeline the takes
+        elif self._dry_since is None or settled_before < self._dry_since:
             self._dry_since = settled_before
-        self._slots.unreserve(limit - len(result.jobs))  # also wakes the fetch loop
-        for job in result.jobs:
+        for job in result.jobs:  # first: their tasks then run before the fetch loop's next call
             self.held[job.id] = job
             self.running += 1
             self._slots.admit((self, job))
+        self._slots.unreserve(limit - len(result.jobs))  # also wakes the fetch loop
         return result
 
     async def _wait_for_work(self) -> bool:

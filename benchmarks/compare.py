@@ -14,12 +14,20 @@ A system whose folder, venv or ``variants`` call fails is skipped with a message
 For each repeat, each system and each of its variants (``--variants default``: only the
 default configuration), on a server emptied (FLUSHALL) before every scenario: enqueue one at
 a time, enqueue with gather, bulk enqueue, fill + drain (no-op jobs), drain of jobs sleeping
-10 ms, latency, and (unless ``--quick``) the delayed-job scenarios. Around ``fill`` and
-``drain`` it reads the server's ``INFO``: commandstats (commands per job, all of them, the
-script calls among them, EVALSHA/EVAL/FCALL, and the rest, which includes the commands the
-scripts run), CPU (used_cpu_user + used_cpu_sys, µs per job) and memory (used_memory, less
-the script cache, after fill minus before: bytes per queued job; after drain minus before
-fill: bytes per finished job still kept). Tables show the median of the repeats.
+10 ms, latency, and (unless ``--quick``) the delayed-job scenarios. Each has ``--jobs`` N
+jobs, except enqueue one at a time and the drain of sleeping jobs: N/4 (at least 1,000, at
+most N); rates and costs per job divide by the scenario's own N. Latency: 200 samples, or
+fewer (at least 20) when an adapter's 20-s budget runs out first (results.md says so). A
+non-default variant runs only the scenarios its setting changes, as its adapter's
+``variants`` answer says (``affects``; fill and drain go together); its other cells show
+``=`` (same setting as the default row), the ratio table "—", and the chart no bar.
+
+Around ``fill`` and ``drain`` it reads the server's ``INFO``: commandstats (commands per job,
+all of them, the script calls among them, EVALSHA/EVAL/FCALL, and the rest, which includes
+the commands the scripts run), CPU (used_cpu_user + used_cpu_sys, µs per job) and memory
+(used_memory, less the script cache, after fill minus before: bytes per queued job; after
+drain minus before fill: bytes per finished job still kept). Tables show the median of the
+repeats.
 
 ``--scale`` adds aioqueue's fill + drain of 10,000 and of 1,000,000 jobs (is the cost per
 job flat?), ``--processes P`` aioqueue's drain with P worker processes; both as extra rows.
@@ -69,8 +77,16 @@ CALL_TIMEOUT = 180.0  # seconds; the contract's limit for one adapter call
 INSTALL_TIMEOUT = 900.0
 SCRIPT_COMMANDS = frozenset({"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"})
 ENQUEUE_SCENARIOS = ("enqueue_seq", "enqueue_gather", "enqueue_bulk")
+FILL_DRAIN = ("fill", "drain")  # one unit: drain runs what fill queued
 LATER_SCENARIOS = ("drain_sleep", "latency")
 DELAYED_SCENARIOS = ("delayed_sparse", "delayed_burst")
+SCENARIOS = (*ENQUEUE_SCENARIOS, *FILL_DRAIN, *LATER_SCENARIOS, *DELAYED_SCENARIOS)
+REDUCED = {  # scenarios run with N/4 jobs (at least REDUCED_FLOOR, at most N): what they are
+    "enqueue_seq": "enqueue one at a time",
+    "drain_sleep": "drain of sleeping jobs",
+}
+REDUCED_FLOOR = 1_000
+LATENCY_SAMPLES = 200  # the adapters' target; fewer when their 20-s budget runs out first
 SCALE_SIZES = (10_000, 1_000_000)
 HIGHER, LOWER = "higher", "lower"
 MAIN_PACKAGES = frozenset(  # the pins results.md names (all of them are in results.json)
@@ -98,14 +114,37 @@ class Config:
     def logs(self) -> Path:
         return self.out / "logs"
 
+    @property
+    def scenarios(self) -> tuple[str, ...]:
+        """The scenarios of this run (a variant may run fewer)."""
+        return tuple(s for s in SCENARIOS if self.delayed or s not in DELAYED_SCENARIOS)
+
+    def jobs_for(self, scenario: str) -> int:
+        """N for ``scenario``: ``jobs``, or a quarter of it for the REDUCED scenarios."""
+        if scenario in REDUCED:
+            return min(self.jobs, max(REDUCED_FLOOR, self.jobs // 4))
+        return self.jobs
+
 
 @dataclass(frozen=True)
 class Target:
-    """One system in one of its configurations (variants), with the interpreter to use."""
+    """One system in one of its configurations (variants), with the interpreter to use.
+
+    ``affects``: the scenarios the variant's setting changes (the adapter's ``variants``
+    call says; None: all of them); the others are not run for it.
+    """
 
     system: str
     variant: str
     python: str
+    affects: frozenset[str] | None = None
+
+    def runs(self, scenario: str) -> bool:
+        """Whether ``scenario`` is run for this target (fill and drain go together)."""
+        if self.affects is None:
+            return True
+        unit = FILL_DRAIN if scenario in FILL_DRAIN else (scenario,)
+        return not self.affects.isdisjoint(unit)
 
     @property
     def name(self) -> str:
@@ -237,16 +276,22 @@ def _log(config: Config, target: Target, scenario: str, err: bytes) -> None:
         sink.write(err)
 
 
-def attempt(target: Target, scenario: str, config: Config, **options: Any) -> dict[str, Any]:
-    """``call`` that records a failure as ``{"error": why}`` instead of raising."""
+def attempt(
+    target: Target, scenario: str, config: Config, *, jobs: int | None = None, **options: Any
+) -> dict[str, Any]:
+    """``call`` that records a failure as ``{"error": why}`` instead of raising; a result of
+    a scenario with N jobs also records that N (``jobs``: rates and costs per job use it)."""
+    jobs = jobs or config.jobs_for(scenario)
     started = time.monotonic()
     try:
-        result = call(target, scenario, config, **options)
+        result = call(target, scenario, config, jobs=jobs, **options)
     except AdapterFailed as exc:
         result = {"error": str(exc)}
     print(
         f"  {target.name:<22} {scenario:<15} {_brief(result)}  ({time.monotonic() - started:.1f}s)"
     )
+    if _ok(result) and scenario in RATES:
+        result["jobs"] = jobs
     return result
 
 
@@ -255,7 +300,8 @@ def _brief(result: dict[str, Any]) -> str:
         return f"unsupported: {result['unsupported']}"
     if "error" in result:
         return f"FAILED: {result['error'][:300]}"
-    return ", ".join(f"{k}={v:.4g}" for k, v in result.items() if isinstance(v, int | float))
+    parts = [f"{k}={v:.4g}" for k, v in result.items() if isinstance(v, int | float)]
+    return ", ".join(parts)
 
 
 def discover(systems: Sequence[str], config: Config) -> tuple[list[Target], dict[str, str]]:
@@ -273,7 +319,19 @@ def discover(systems: Sequence[str], config: Config) -> tuple[list[Target], dict
             continue
         if not config.all_variants:
             variants = [v for v in variants if v == "default"] or variants[:1]
-        targets += [Target(system, variant, python) for variant in variants]
+        affects = listed.get("affects") or {}
+        for variant in variants:
+            only = None
+            if variant != "default" and variant in affects:
+                only = frozenset(str(s) for s in affects[variant])
+                if unknown := sorted(only - set(SCENARIOS)):
+                    print(f"{system}:{variant}: ignoring unknown scenarios in affects: {unknown}")
+                print(f"{system}:{variant}: only {', '.join(sorted(only & set(SCENARIOS)))}")
+            target = Target(system, variant, python, only)
+            if any(map(target.runs, config.scenarios)):
+                targets.append(target)
+            else:
+                print(f"{target.name}: left out: it changes none of this run's scenarios")
     return targets, skipped
 
 
@@ -341,14 +399,18 @@ def _ok(result: dict[str, Any]) -> bool:
 
 
 def run_target(target: Target, config: Config, redis: Redis) -> dict[str, dict[str, Any]]:
-    """Every scenario once for one target; raw results by scenario."""
+    """Every scenario the target runs, once; raw results by scenario."""
     raw: dict[str, dict[str, Any]] = {}
-    for scenario in ENQUEUE_SCENARIOS:
+    for scenario in filter(target.runs, ENQUEUE_SCENARIOS):
         redis.flushall()
         raw[scenario] = attempt(target, scenario, config)
-    redis.flushall()
-    raw["fill"], raw["drain"] = fill_and_drain(target, config, redis, jobs=config.jobs)
-    for scenario in LATER_SCENARIOS + (DELAYED_SCENARIOS if config.delayed else ()):
+    if target.runs("fill"):
+        redis.flushall()
+        raw["fill"], raw["drain"] = fill_and_drain(target, config, redis, jobs=config.jobs)
+    for scenario in filter(target.runs, LATER_SCENARIOS):
+        redis.flushall()
+        raw[scenario] = attempt(target, scenario, config)
+    for scenario in filter(target.runs, DELAYED_SCENARIOS if config.delayed else ()):
         redis.flushall()
         raw[scenario] = attempt(target, scenario, config)
     redis.flushall()
@@ -372,7 +434,7 @@ class Metric:
     kind: str = "value"
 
 
-RATES = {  # scenario: label; jobs/s = N / the adapter's seconds
+RATES = {  # scenario: label; jobs/s = N (the scenario's own) / the adapter's seconds
     "enqueue_seq": "enqueue, one await at a time",
     "enqueue_gather": "enqueue, gather 500 at a time",
     "enqueue_bulk": "enqueue, bulk API",
@@ -451,8 +513,9 @@ EXTRA_METRICS = (  # the columns of the extra rows
 )  # fmt: skip
 
 
-def extract(metric: Metric, raw: dict[str, dict[str, Any]], jobs: int) -> float | str | None:
-    """The metric's value in one run; or a status string (unsupported, error); or None."""
+def extract(metric: Metric, raw: dict[str, dict[str, Any]]) -> float | str | None:
+    """The metric's value in one run; or a status string (unsupported, error); or None.
+    Per-job figures divide by the scenario's own N, which ``attempt`` recorded as ``jobs``."""
     result = raw.get(metric.scenario)
     if result is None:
         return None
@@ -462,6 +525,9 @@ def extract(metric: Metric, raw: dict[str, dict[str, Any]], jobs: int) -> float 
         return f"error: {result['error']}"
     value = _field(result, metric.field)
     if value is None:
+        return None
+    jobs = float(result.get("jobs") or 0)
+    if metric.kind in {"rate", "us"} and not jobs:
         return None
     if metric.kind == "rate":
         return jobs / value if value > 0 else None
@@ -481,13 +547,13 @@ def _field(result: dict[str, Any], path: str) -> float | None:
 
 
 def summarise(
-    runs: Sequence[dict[str, dict[str, Any]]], jobs: int, metrics: Sequence[Metric]
+    runs: Sequence[dict[str, dict[str, Any]]], metrics: Sequence[Metric]
 ) -> tuple[dict[str, float], dict[str, str]]:
     """Medians over the runs that have a value; a status for metrics none of them has."""
     medians: dict[str, float] = {}
     status: dict[str, str] = {}
     for metric in metrics:
-        values = [extract(metric, raw, jobs) for raw in runs]
+        values = [extract(metric, raw) for raw in runs]
         numbers = [v for v in values if isinstance(v, float | int)]
         if numbers:
             medians[metric.key] = float(statistics.median(numbers))
@@ -539,10 +605,21 @@ class Report:
     status: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        jobs = self.meta["jobs"]
         for target in self.targets:
-            medians, status = summarise(self.runs[target.name], jobs, METRICS)
+            medians, status = summarise(self.runs[target.name], METRICS)
             self.medians[target.name], self.status[target.name] = medians, status
+
+    def target(self, name: str) -> Target:
+        return next(t for t in self.targets if t.name == name)
+
+    def latency_samples(self, name: str) -> int | None:
+        """The fewest latency samples among the target's runs (None: none reported)."""
+        counts = [
+            int(raw["latency"]["samples"])
+            for raw in self.runs[name]
+            if isinstance(raw.get("latency", {}).get("samples"), int | float)
+        ]
+        return min(counts) if counts else None
 
 
 def fmt(value: float, unit: str) -> str:
@@ -555,13 +632,16 @@ def fmt(value: float, unit: str) -> str:
     return f"{value:.3f}" if abs(value) < 10 else f"{value:,.1f}"
 
 
+SAME = "="  # absolute table: a scenario not run for a variant whose setting does not change it
+
+
 def cell(report: Report, name: str, metric: Metric) -> str:
     if metric.key in report.medians[name]:
         return fmt(report.medians[name][metric.key], metric.unit)
     status = report.status[name].get(metric.key)
-    if status is None:
-        return "—"
-    return "unsupported" if status.startswith("unsupported") else "failed"
+    if status is not None:
+        return "unsupported" if status.startswith("unsupported") else "failed"
+    return "—" if report.target(name).runs(metric.scenario) else SAME
 
 
 def label(metric: Metric) -> str:
@@ -573,7 +653,7 @@ def absolute_table(report: Report) -> Iterator[str]:
     yield "| metric | " + " | ".join(names) + " |"
     yield "|---|" + "---:|" * len(names)
     for metric in METRICS:
-        if all(cell(report, n, metric) == "—" for n in names):
+        if all(cell(report, n, metric) in {"—", SAME} for n in names):
             continue
         arrow = {HIGHER: " ↑", LOWER: " ↓"}.get(metric.better or "", "")
         yield (
@@ -581,6 +661,43 @@ def absolute_table(report: Report) -> Iterator[str]:
             + " | ".join(cell(report, n, metric) for n in names)
             + " |"
         )
+
+
+def jobs_text(meta: dict[str, Any]) -> str:
+    """E.g. 20,000 jobs per scenario (enqueue one at a time and drain of sleeping jobs: 5,000)."""
+    text = f"{meta['jobs']:,} jobs per scenario"
+    by_count: dict[int, list[str]] = {}
+    for scenario, jobs in meta.get("scenario_jobs", {}).items():
+        by_count.setdefault(jobs, []).append(REDUCED.get(scenario, scenario))
+    if by_count:
+        text += " (" + "; ".join(f"{' and '.join(s)}: {n:,}" for n, s in by_count.items()) + ")"
+    return text
+
+
+def table_notes(report: Report) -> Iterator[str]:
+    """Lines under the absolute table: what ``=`` means, latencies from fewer samples."""
+    notes = []
+    names = [t.name for t in report.targets]
+    if any(cell(report, n, m) == SAME for n in names for m in METRICS):
+        notes.append(
+            f"`{SAME}`: not run for this variant, whose setting does not change that scenario "
+            "(the adapter says which scenarios each variant affects): the same setting as the "
+            "system's default row."
+        )
+    short = {
+        n: count
+        for n in names
+        if (count := report.latency_samples(n)) is not None and count < LATENCY_SAMPLES
+    }
+    if short:
+        counts = ", ".join(f"{n} ({count})" for n, count in short.items())
+        notes.append(
+            f"Latency from fewer than {LATENCY_SAMPLES} samples (each adapter samples for at "
+            f"most 20 s, at least 20 samples): {counts}."
+        )
+    for note in notes:
+        yield ""
+        yield note
 
 
 def ratio(mine: float, theirs: float | None, better: str | None) -> float | None:
@@ -608,20 +725,15 @@ def ratio_table(report: Report) -> Iterator[str]:
 
 
 def extras_table(report: Report) -> Iterator[str]:
-    rows: list[tuple[str, list[dict[str, dict[str, Any]]], int]] = []
+    rows: list[tuple[str, list[dict[str, dict[str, Any]]]]] = []
     if SELF in report.runs and report.extras:
-        rows.append(
-            (
-                f"{report.meta['jobs']:,} queued, 1 worker process (main table)",
-                report.runs[SELF],
-                report.meta["jobs"],
-            )
-        )
-    rows += [(e.label, e.runs, e.jobs) for e in report.extras]
+        main_row = f"{report.meta['jobs']:,} queued, 1 worker process (main table)"
+        rows.append((main_row, report.runs[SELF]))
+    rows += [(e.label, e.runs) for e in report.extras]
     yield "| run | " + " | ".join(label(m) for m in EXTRA_METRICS) + " |"
     yield "|---|" + "---:|" * len(EXTRA_METRICS)
-    for name, runs, jobs in rows:
-        medians, status = summarise(runs, jobs, EXTRA_METRICS)
+    for name, runs in rows:
+        medians, status = summarise(runs, EXTRA_METRICS)
         cells = [
             fmt(medians[m.key], m.unit)
             if m.key in medians
@@ -653,7 +765,7 @@ def markdown(report: Report) -> str:
         "# aioqueue and its peers",
         "",
         f"{meta['date']}; {meta['machine']}; Python {meta['python']}; redis-server "
-        f"{meta['redis']}. {meta['jobs']:,} jobs per scenario, worker concurrency "
+        f"{meta['redis']}. {jobs_text(meta)}, worker concurrency "
         f"{meta['concurrency']}, median of {meta['repeat']} run(s)"
         f"{'; --quick' if meta['quick'] else ''}.",
         "",
@@ -662,6 +774,7 @@ def markdown(report: Report) -> str:
         "## Absolute figures (↑ higher is better, ↓ lower is better)",
         "",
         *absolute_table(report),
+        *table_notes(report),
         "",
         "## aioqueue relative to each peer",
         "",
@@ -693,7 +806,9 @@ METHOD = """
 One redis-server (started by `benchmarks.compare` on a loopback port, no persistence) serves
 every system in turn; it is emptied (FLUSHALL) before each scenario. Each system runs in its
 own venv through its adapter (`benchmarks/peers/<system>/adapter.py`, contract in
-`benchmarks/peers/CONTRACT.md`), with its default settings unless the column names a variant.
+`benchmarks/peers/CONTRACT.md`), with its default settings unless the column names a variant;
+a variant runs only the scenarios its setting changes (`=` elsewhere). Enqueue one at a time
+and the drain of sleeping jobs use N/4 jobs, the rest N (see the top).
 Rates are N / the adapter's seconds; drain time runs from starting the worker process to the
 last job done, so it includes the worker's start-up, and worker CPU is the whole process's.
 Redis-side figures come from INFO around `fill` and `drain`, divided by N: commandstats
@@ -704,38 +819,49 @@ worker: absolute figures depend on it, ratios less so.
 
 
 def chart(report: Report, path: Path) -> str:
-    """Grouped bars of jobs/s; a message saying what was written (or why not)."""
+    """Grouped bars of jobs/s; a message saying what was written (or why not). A variant
+    has bars only for the scenarios run for it (none: not in the chart)."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.patches import Patch
     except ImportError:
         return "chart skipped: no matplotlib (pip install -e '.[bench]')"
+    meta = report.meta
     groups = [
         ("enqueue_seq", "enqueue\none at a time"),
         ("enqueue_gather", "enqueue\ngather 500"),
         ("drain", "drain\nno-op jobs"),
         ("drain_sleep", "drain\njobs sleep 10 ms"),
     ]
-    names = [t.name for t in report.targets]
-    fig, ax = plt.subplots(figsize=(max(8.0, 1.2 * len(names) + 6), 5))
-    width = 0.8 / max(1, len(names))
-    values = [[report.medians[n].get(key, math.nan) for key, _ in groups] for n in names]
-    for i, (name, row) in enumerate(zip(names, values, strict=True)):
-        xs = [g + (i - (len(names) - 1) / 2) * width for g in range(len(groups))]
-        bars = ax.bar(xs, row, width, label=name)
+    reduced = meta.get("scenario_jobs", {})
+    groups = [(key, f"{text}\n({reduced[key]:,} jobs)" if key in reduced else text)
+              for key, text in groups]  # fmt: skip
+    targets = [t for t in report.targets if any(t.runs(key) for key, _ in groups)]
+    colours = plt.get_cmap("tab10" if len(targets) <= 10 else "tab20")
+    colour = {t.name: colours(i % colours.N) for i, t in enumerate(targets)}
+    members = [[t.name for t in targets if t.runs(key)] for key, _ in groups]
+    fig, ax = plt.subplots(figsize=(max(8.0, 1.2 * len(targets) + 6), 5))
+    width = 0.8 / max(1, *map(len, members))
+    finite = []
+    for g, ((key, _), names) in enumerate(zip(groups, members, strict=True)):
+        row = [report.medians[n].get(key, math.nan) for n in names]
+        xs = [g + (i - (len(names) - 1) / 2) * width for i in range(len(names))]
+        bars = ax.bar(xs, row, width, color=[colour[n] for n in names])
         ax.bar_label(bars, labels=[_short(v) for v in row], fontsize=7, rotation=90, padding=2)
-    finite = [v for row in values for v in row if v > 0]
+        finite += [v for v in row if v > 0]
     if finite and max(finite) / min(finite) > 20:
         ax.set_yscale("log")
     ax.set_xticks(range(len(groups)), [text for _, text in groups])
     ax.set_ylabel("jobs/s")
-    meta = report.meta
     ax.set_title(
-        f"{meta['jobs']:,} jobs, concurrency {meta['concurrency']}, median of {meta['repeat']}"
+        f"{meta['jobs']:,} jobs unless noted, concurrency {meta['concurrency']}, "
+        f"median of {meta['repeat']}"
     )
-    ax.legend(fontsize=8, ncols=min(4, len(names)))
+    handles = [Patch(color=colour[t.name], label=t.name) for t in targets]
+    ax.legend(handles=handles, fontsize=8, ncols=min(4, len(targets)))
     ax.margins(y=0.15)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -752,7 +878,7 @@ def _short(value: float) -> str:
 def to_json(report: Report) -> dict[str, Any]:
     extras = []
     for extra in report.extras:
-        medians, status = summarise(extra.runs, extra.jobs, EXTRA_METRICS)
+        medians, status = summarise(extra.runs, EXTRA_METRICS)
         extras.append(
             {
                 "label": extra.label,
@@ -771,6 +897,7 @@ def to_json(report: Report) -> dict[str, Any]:
                 "name": t.name,
                 "system": t.system,
                 "variant": t.variant,
+                "scenarios": [s for s in SCENARIOS if t.runs(s)],
                 "python": t.python,
                 "requirements": requirements(t.system),
                 "median": report.medians[t.name],
@@ -908,6 +1035,7 @@ def measure(config: Config, systems: Sequence[str]) -> Report:
         "python": platform.python_version(),
         "redis": info["redis_version"],
         "jobs": config.jobs,
+        "scenario_jobs": {s: n for s in REDUCED if (n := config.jobs_for(s)) != config.jobs},
         "concurrency": config.concurrency,
         "repeat": config.repeat,
         "quick": config.quick,

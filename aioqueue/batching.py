@@ -2,8 +2,9 @@
 
 A lone enqueue is sent at once, from the caller's own task (no extra task or future). While
 one is in flight, further enqueues of the same queue wait in a list, and a flusher sends them
-all in one call as soon as the wire is free: ``asyncio.gather`` of 500 enqueues costs a
-handful of round trips, not 500, and the order of arrival is kept.
+all in one write as soon as the wire is free: ``asyncio.gather`` of 500 enqueues costs a
+couple of round trips, not 500, and the order of arrival is kept. The write holds script
+calls of FLUSH_CHUNK jobs, so the first callers resume while Redis still runs the rest.
 
 Since its calls never overlap, the batcher keeps one connection of the pool for them, and
 skips the pool's per-call checkout (in redis-py 8: a lock, a readiness poll and metrics
@@ -28,12 +29,20 @@ if TYPE_CHECKING:
     from .scripts import Enqueued, NewJob
 
 
+# Jobs per script call of a flush, all sent in one write: each caller resumes as its call's
+# reply arrives, while Redis still runs the later calls (one call would keep every caller
+# waiting for the last job).
+FLUSH_CHUNK = 100
+
+Batch = list[tuple["NewJob", "asyncio.Future[Enqueued]"]]
+
+
 class EnqueueBatcher:
     """Sends the enqueues of one queue, batching whatever arrives while one is in flight."""
 
     def __init__(self, client: Callable[[], Awaitable[Redis]], keys: QueueKeys) -> None:
         self._client, self._keys = client, keys
-        self._pending: list[tuple[NewJob, asyncio.Future[Enqueued]]] = []
+        self._pending: Batch = []
         self._busy = False
         self._flusher: asyncio.Task[None] | None = None
         # The client the connection came from: a new client (another event loop, or the
@@ -81,20 +90,27 @@ class EnqueueBatcher:
                 batch = self._pending[: scripts.MAX_ENQUEUE_BATCH]
                 del self._pending[: scripts.MAX_ENQUEUE_BATCH]
                 self._busy = True
+
+                def settle(start: int, results: list[Enqueued], batch: Batch = batch) -> None:
+                    chunk = batch[start : start + len(results)]
+                    for (_, future), result in zip(chunk, results, strict=True):
+                        if not future.done():  # its caller may have given up waiting
+                            future.set_result(result)
+
                 try:
-                    results = await scripts.enqueue_many(
-                        await self._connection(), self._keys, [job for job, _ in batch]
+                    await scripts.enqueue_many(
+                        await self._connection(),
+                        self._keys,
+                        [job for job, _ in batch],
+                        chunk=FLUSH_CHUNK,
+                        on_chunk=settle,
                     )
                 except Exception as exc:
                     for _, future in batch:
                         if not future.done():
                             future.set_exception(exc)
-                    continue
                 finally:
                     self._busy = False
-                for (_, future), result in zip(batch, results, strict=True):
-                    if not future.done():  # its caller may have given up waiting
-                        future.set_result(result)
         finally:
             self._flusher = None
             if self._pending and not self._busy:

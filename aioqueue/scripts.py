@@ -18,7 +18,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from .priorities import strict_plan
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from redis.asyncio import Redis
     from redis.asyncio.connection import AbstractConnection
@@ -102,22 +102,25 @@ def _enqueue_call(keys: QueueKeys, jobs: Sequence[NewJob]) -> tuple[list[str], l
     return script_keys, args
 
 
+_STATES = {state.encode(): state for state in ("queued", "scheduled", "tick-done")}
+
+
 def _enqueued(reply: Sequence[Any]) -> list[Enqueued]:
-    return [Enqueued(bool(reply[i]), _text(reply[i + 1])) for i in range(0, len(reply), 2)]
+    states = _STATES
+    return [
+        Enqueued(bool(reply[i]), states.get(reply[i + 1]) or _text(reply[i + 1]))
+        for i in range(0, len(reply), 2)
+    ]
 
 
 # The hot path packs its EVALSHA itself (RESP, as redis-py would): the part that names the
 # script, its keys and its priorities is cached per queue and priority set, and each job
 # is one format operation, where redis-py's pack_command costs ~0.5 µs per argument.
-_JOB = b"$%d\r\n%b\r\n$%d\r\n%b\r\n$1\r\n%d\r\n$%d\r\n%d\r\n$%d\r\n%d\r\n$%d\r\n%d\r\n"
+_JOB = b"$%d\r\n%b\r\n$%d\r\n%b\r\n$1\r\n%d\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n"
 
 
 def _resp(*args: bytes) -> bytes:
     return b"".join(b"$%d\r\n%b\r\n" % (len(arg), arg) for arg in args)
-
-
-def _digits(number: int) -> int:
-    return len(b"%d" % number)
 
 
 @lru_cache(maxsize=256)
@@ -143,41 +146,59 @@ def _pack_enqueue(keys: QueueKeys, jobs: Sequence[NewJob]) -> bytes:
         if not 0 <= job.priority <= 9:  # one digit on the wire, and one ready list per digit
             raise ValueError(f"priority must be 0..9, got {job.priority}")
         job_id = job.id.encode()
+        attempts, delay, due = b"%d" % job.max_attempts, b"%d" % job.delay_ms, b"%d" % job.due_ms
         parts.append(_JOB % (
             len(job_id), job_id, len(job.payload), job.payload, job.priority,
-            _digits(job.max_attempts), job.max_attempts, _digits(job.delay_ms), job.delay_ms,
-            _digits(job.due_ms), job.due_ms,
+            len(attempts), attempts, len(delay), delay, len(due), due,
         ))  # fmt: skip
     return b"".join(parts)
 
 
 async def enqueue_many(
-    connection: AbstractConnection, keys: QueueKeys, jobs: Sequence[NewJob]
+    connection: AbstractConnection,
+    keys: QueueKeys,
+    jobs: Sequence[NewJob],
+    *,
+    chunk: int = MAX_ENQUEUE_BATCH,
+    on_chunk: Callable[[int, list[Enqueued]], None] | None = None,
 ) -> list[Enqueued]:
-    """Write jobs over one connection, in script calls of up to MAX_ENQUEUE_BATCH jobs, all
-    sent in one write (one round trip). The connection's retry policy resends after a
-    dropped connection: safe, because the script skips ids that have a record."""
-    commands = [
-        _pack_enqueue(keys, jobs[start : start + MAX_ENQUEUE_BATCH])
-        for start in range(0, len(jobs), MAX_ENQUEUE_BATCH)
-    ]
-    replies = await _send_packed(connection, _ENQUEUE, commands)
+    """Write jobs over one connection, in script calls of up to ``chunk`` jobs, all sent in
+    one write (one round trip). ``on_chunk(start, results)`` hears each call's results as
+    its reply arrives, while Redis still runs the later calls. The connection's retry
+    policy resends after a dropped connection: safe, because the script skips ids that
+    have a record (so a resent chunk may be heard twice)."""
+    chunk = min(chunk, MAX_ENQUEUE_BATCH)
+    starts = range(0, len(jobs), chunk)
+    commands = [_pack_enqueue(keys, jobs[start : start + chunk]) for start in starts]
+
+    def on_reply(index: int, reply: Any) -> None:
+        if on_chunk is not None:
+            on_chunk(starts[index], _enqueued(reply))
+
+    replies = await _send_packed(connection, _ENQUEUE, commands, on_reply)
     return [item for reply in replies for item in _enqueued(reply)]
 
 
 async def _send_packed(
-    connection: AbstractConnection, script: Script, commands: list[bytes]
+    connection: AbstractConnection,
+    script: Script,
+    commands: list[bytes],
+    on_reply: Callable[[int, Any], None] | None = None,
 ) -> list[Any]:
-    """Send packed calls of ``script`` and read every reply; load the script if Redis lost it."""
+    """Send packed calls of ``script`` and read every reply (``on_reply(index, reply)`` as
+    each arrives); load the script if Redis lost it."""
 
     async def round_trip() -> list[Any]:
         await connection.send_packed_command(commands)
         replies, error = [], None
-        for _ in commands:
+        for index in range(len(commands)):
             try:
-                replies.append(await connection.read_response())
+                replies.append(reply := await connection.read_response())
             except ResponseError as exc:  # read on: the connection stays in step
                 error = error or exc
+                continue
+            if on_reply is not None:
+                on_reply(index, reply)
         if error is not None:
             raise error
         return replies

@@ -52,7 +52,9 @@ class Task(Generic[P, R]):
     ParamSpec); per-call options go on the returned call: ``.options(delay=60)``.
     """
 
-    __slots__ = ("_queue_for", "_shapes", "fn", "hooks", "is_async", "options", "signature")
+    __slots__ = (
+        "_priority", "_queue_for", "_shapes", "fn", "hooks", "is_async", "options", "signature",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -66,6 +68,7 @@ class Task(Generic[P, R]):
         self.signature = inspect.signature(fn)
         self.hooks = TaskHooks()
         self._queue_for = queue_for
+        self._priority = resolve_priority(options.priority)  # every enqueue reads it
         self._shapes: dict[tuple[int, frozenset[str]], str | None] = {}
 
     @property
@@ -75,7 +78,7 @@ class Task(Generic[P, R]):
     @property
     def priority(self) -> int:
         """The task's default priority level, 0..9 (its option may be a name)."""
-        return resolve_priority(self.options.priority)
+        return self._priority
 
     def __repr__(self) -> str:
         return f"Task({self.name!r}, queue={self.options.queue!r})"

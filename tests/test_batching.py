@@ -7,9 +7,10 @@ import asyncio
 import pytest
 from redis.asyncio import Redis
 from redis.asyncio.connection import Connection
+from redis.exceptions import ResponseError
 
 import aioqueue
-from aioqueue import scripts
+from aioqueue import batching, scripts
 from aioqueue.keys import QueueKeys
 from aioqueue.scripts import NewJob
 
@@ -37,6 +38,26 @@ async def test_gathered_enqueues_share_round_trips_and_keep_their_order(
     assert calls <= 10, f"{calls} script calls for 500 concurrent enqueues"
     ready = await redis.lrange(app.queue().keys.ready(5), 0, -1)
     assert [_text(raw) for raw in ready[1:]] == [job.id for job in jobs], "arrival order"
+
+
+async def test_a_failing_call_of_a_flush_fails_only_its_own_callers(
+    app: aioqueue.App, redis: Redis
+) -> None:
+    @app.task
+    async def noop(n: int) -> None: ...
+
+    queue = app.queue()
+    await noop.enqueue(-1)
+    await redis.set(queue.keys.job("bad"), "not a job record")  # the script's HGET fails
+    calls = [noop.enqueue(n) for n in range(250)]
+    calls[150] = noop.enqueue(150).options(id="bad")
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    failed = [i for i, result in enumerate(results) if isinstance(result, BaseException)]
+    assert 150 in failed
+    assert len(failed) <= batching.FLUSH_CHUNK, "only the script call that met the bad key"
+    assert max(failed) < 249, "the calls after it still landed"
+    assert all(isinstance(results[i], ResponseError) for i in failed)
+    assert all(job.created for job in results if isinstance(job, aioqueue.Job))
 
 
 async def test_a_lone_enqueue_is_one_script_call(app: aioqueue.App, redis: Redis) -> None:

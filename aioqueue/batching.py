@@ -17,7 +17,6 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from . import scripts
-from .connection import checkout
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -67,7 +66,7 @@ class EnqueueBatcher:
         if not jobs:
             return []
         pool = (await self._client()).connection_pool
-        connection = await checkout(pool)
+        connection = await scripts.checkout(pool)
         try:
             return await scripts.enqueue_many(connection, self._keys, jobs)
         finally:
@@ -77,7 +76,7 @@ class EnqueueBatcher:
         """The batcher's own connection (only called while ``_busy``: one user at a time)."""
         client = await self._client()
         if self._line is None or self._line[0] is not client:
-            self._line = (client, await checkout(client.connection_pool))
+            self._line = (client, await scripts.checkout(client.connection_pool))
         return self._line[1]
 
     def _start_flusher(self) -> None:

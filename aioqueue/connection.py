@@ -4,7 +4,7 @@ Two pools, because their traffic differs:
 - ``internal``: a plain pool for aioqueue's own traffic (enqueues, the worker's loops),
   whose concurrency is bounded by design; it skips the blocking pool's per-command wait
   machinery (~60 µs a command here). Each queue's enqueue batcher keeps one of its
-  connections (``checkout``) and sends packed script calls on it (see batching.py).
+  connections (``scripts.checkout``) and sends packed script calls on it (see batching.py).
 - ``shared``: a blocking pool (waits for a free connection instead of raising) for
   user-driven calls whose concurrency aioqueue does not control (job.result(), info, admin).
 
@@ -17,7 +17,7 @@ need not be UTF-8, and decoding must never destroy them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from inspect import Parameter, signature
+from inspect import signature
 from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
@@ -28,8 +28,6 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
     from .settings import AppSettings
 
 RETRIES = 3
@@ -63,22 +61,6 @@ def make_clients(url: str, settings: AppSettings) -> Clients:
     )
     internal = ConnectionPool.from_url(url, max_connections=INTERNAL_MAX_CONNECTIONS, **options)
     return Clients(Redis.from_pool(shared), Redis.from_pool(internal))
-
-
-async def checkout(pool: ConnectionPool) -> AbstractConnection:
-    """A connection of ``pool`` for a caller that sends packed commands on it (the enqueue
-    path); give it back with ``pool.release``. The pool's limit counts it as in use."""
-    get: Callable[..., Awaitable[AbstractConnection]] = pool.get_connection
-    # redis-py < 5.3 wants a command name (and ignores it); later versions warn if given one
-    return await (get("_") if _NAME_REQUIRED else get())
-
-
-def _name_required() -> bool:
-    parameter = signature(ConnectionPool.get_connection).parameters.get("command_name")
-    return parameter is not None and parameter.default is Parameter.empty
-
-
-_NAME_REQUIRED = _name_required()
 
 
 def _no_maintenance_handshake() -> dict[str, Any]:

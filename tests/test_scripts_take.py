@@ -250,3 +250,21 @@ async def test_a_plan_without_every_level_keeps_the_others_tokens(
 
     assert [job.id for job in result.jobs] == [b"high"]
     assert await db.llen(keys.notify) == await ready_entries(db, keys) == 1
+
+
+def test_the_packed_take_is_the_command_redis_py_would_send() -> None:
+    from redis.asyncio.connection import Connection
+
+    keys = QueueKeys.for_queue("p", "q")
+    for lease, numbers, pairs in [
+        ("w:1", (30_000, 10, 0, 86_400_000, 0), [(9, 10), (5, 3), (0, 10)]),
+        ("h\u00e9-2:17", (1, 0, 1, 0, 1000), []),  # promote only: no plan
+    ]:
+        script_keys: list[str] = [
+            keys.active, keys.notify, keys.dead, keys.seq, keys.job_prefix,
+            *keys.ready_lists(), keys.schedule, keys.taken(lease),
+        ]  # fmt: skip
+        args: list[str | int] = [lease, *numbers, *(n for pair in pairs for n in pair)]
+        command = ("EVALSHA", scripts._TAKE.sha, len(script_keys), *script_keys, *args)
+        expected = b"".join(Connection().pack_command(*command))
+        assert scripts._pack_take(keys, lease, numbers, pairs) == expected

@@ -26,10 +26,11 @@ KEYS[3]     dead      ZSET  job id -> time buried (ms)
 KEYS[4]     seq       STRING counter for minted ids
 KEYS[5]     job_prefix        prefix of job records; carries the queue's hash tag
 KEYS[6..15] ready     LIST  ready lists of priorities 0..9
-KEYS[16]    taken     LIST  ids this lease token took (expires with the lease): if the same
+KEYS[16]    schedule  ZSET  job id -> due time (ms)
+KEYS[17]    taken     LIST  ids this lease token took (expires with the lease): if the same
                             call comes again (a client resend after a lost reply), it gets
-                            the same jobs back instead of stranding them and taking more
-KEYS[17]    schedule  ZSET  job id -> due time (ms)
+                            the same jobs back instead of stranding them and taking more.
+                            Last, so that the keys before it are the same for every call
 ARGV[1] lease     lease token, unique per call (worker id + call number)
 ARGV[2] lease_ms  lease length
 ARGV[3] limit     max jobs to take (bounds run time)
@@ -47,7 +48,7 @@ time), next_due_ms the schedule's head after this call (-1 if empty, or if not p
 local active, notify, dead, seq, job_prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local lease, lease_ms, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local woken, result_ttl_ms = tonumber(ARGV[4]), tonumber(ARGV[5])
-local promote_limit, schedule = tonumber(ARGV[6]), KEYS[17]
+local promote_limit, schedule = tonumber(ARGV[6]), KEYS[16]
 if limit > 0 and #ARGV < 8 then
   return redis.error_reply('take: no priority plan given (ARGV[7..])')
 end
@@ -58,7 +59,7 @@ local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local deadline = now + lease_ms
 local out = {now_us, 0, -1}
 local taken, popped = 0, 0
-local taken_key, taken_ids = KEYS[16], {}
+local taken_key, taken_ids = KEYS[17], {}
 
 local prior = redis.call('LRANGE', taken_key, 0, -1)
 if #prior > 0 then

@@ -189,12 +189,15 @@ async def enqueue_many(
     starts = range(0, len(jobs), chunk)
     commands = [_pack_enqueue(keys, jobs[start : start + chunk]) for start in starts]
 
-    def on_reply(index: int, reply: Any) -> None:
-        if on_chunk is not None:
-            on_chunk(starts[index], _enqueued(reply))
+    parsed: list[list[Enqueued]] = [[] for _ in commands]
 
-    replies = await _send_packed(connection, _ENQUEUE, commands, on_reply)
-    return [item for reply in replies for item in _enqueued(reply)]
+    def on_reply(index: int, reply: Any) -> None:  # each reply is decoded once, on arrival
+        parsed[index] = _enqueued(reply)
+        if on_chunk is not None:
+            on_chunk(starts[index], parsed[index])
+
+    await _send_packed(connection, _ENQUEUE, commands, on_reply)
+    return [item for results in parsed for item in results]
 
 
 async def _send_packed(
@@ -259,7 +262,8 @@ async def enqueue(
 # -- take / ack ----------------------------------------------------------------------
 
 
-_TAKE_ARGC = 3 + 17 + 6  # EVALSHA sha numkeys, KEYS, ARGV before the plan's pairs
+_TAKE_KEYS = 17  # as take.lua lists them
+_TAKE_ARGC = 3 + _TAKE_KEYS + 6  # EVALSHA sha numkeys, KEYS, ARGV before the plan's pairs
 
 
 @lru_cache(maxsize=256)
@@ -271,7 +275,8 @@ def _take_head(keys: QueueKeys) -> bytes:
         keys.active, keys.notify, keys.dead, keys.seq, keys.job_prefix, *keys.ready_lists(),
         keys.schedule,
     ]  # fmt: skip
-    return _resp(b"EVALSHA", _TAKE.sha.encode(), b"17", *(key.encode() for key in script_keys))
+    count = b"%d" % _TAKE_KEYS
+    return _resp(b"EVALSHA", _TAKE.sha.encode(), count, *(key.encode() for key in script_keys))
 
 
 def _pack_take(

@@ -11,6 +11,7 @@ print(await job.result(timeout=5))
 
 from .app import App
 from .backoff import Backoff, Exponential, Fixed
+from .enqueue import JobOptions
 from .errors import (
     AioqueueError,
     ConfigError,
@@ -29,10 +30,11 @@ from .errors import (
     ServerUnavailable,
     UnknownTask,
 )
-from .job import ErrorInfo, Job, JobInfo, JobStatus
+from .job import Job
 from .middleware import JobContext, current_job
 from .periodic import Periodic
-from .queue import EnqueueCall, JobOptions, Queue, QueueCounts, ScheduledJob
+from .queue import EnqueueCall, Queue
+from .store.records import ErrorInfo, JobInfo, JobStatus, QueueCounts, ScheduledJob
 from .task import Task, TaskOptions
 from .worker import Worker
 

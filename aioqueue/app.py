@@ -6,15 +6,21 @@ import asyncio
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
-from . import scripts
 from .backoff import Backoff, Exponential
-from .connection import Clients, make_clients
 from .errors import ConfigError, ServerUnavailable
 from .periodic import Missed, Periodic
 from .priorities import DEFAULT_PRIORITY, resolve_priority
 from .queue import Queue
-from .settings import ENV_REDIS_URL, AppSettings, prefix_from_env, redis_url_from_env
-from .task import Task, TaskOptions
+from .settings import (
+    APP_DEFAULTS,
+    ENV_REDIS_URL,
+    AppSettings,
+    prefix_from_env,
+    redis_url_from_env,
+)
+from .store.connection import Clients, make_clients
+from .store.scripts import load_all
+from .task import TASK_DEFAULTS, Task, TaskOptions
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
@@ -41,15 +47,15 @@ class App:
         *,
         redis_url: str | None = None,
         prefix: str | None = None,
-        default_queue: str = "default",
-        max_payload_bytes: int = 1024 * 1024,
-        result_ttl: float = 24 * 3600.0,
-        default_max_attempts: int = 3,
-        dead_max_jobs: int = 100_000,
-        dead_ttl: float = 30 * 24 * 3600.0,
-        socket_timeout: float = 5.0,
-        connect_timeout: float = 5.0,
-        max_connections: int = 64,
+        default_queue: str = APP_DEFAULTS.default_queue,
+        max_payload_bytes: int = APP_DEFAULTS.max_payload_bytes,
+        result_ttl: float = APP_DEFAULTS.result_ttl,
+        default_max_attempts: int = APP_DEFAULTS.default_max_attempts,
+        dead_max_jobs: int = APP_DEFAULTS.dead_max_jobs,
+        dead_ttl: float = APP_DEFAULTS.dead_ttl,
+        socket_timeout: float = APP_DEFAULTS.socket_timeout,
+        connect_timeout: float = APP_DEFAULTS.connect_timeout,
+        max_connections: int = APP_DEFAULTS.max_connections,
     ) -> None:
         self.settings = AppSettings(
             redis_url=redis_url,
@@ -100,12 +106,12 @@ class App:
         *,
         name: str | None = None,
         queue: str | None = None,
-        timeout: float | None = 300.0,
+        timeout: float | None = TASK_DEFAULTS.timeout,
         retries: int | None = None,
         backoff: Backoff | None = None,
-        priority: int | str = DEFAULT_PRIORITY,
-        never_retry: tuple[type[BaseException], ...] = (),
-        dead_letter: bool = True,
+        priority: int | str = TASK_DEFAULTS.priority,
+        never_retry: tuple[type[BaseException], ...] = TASK_DEFAULTS.never_retry,
+        dead_letter: bool = TASK_DEFAULTS.dead_letter,
     ) -> Task[..., Any] | _TaskDecorator:
         """Register a handler (async, or plain ``def`` run in a thread) as a task.
 
@@ -263,7 +269,7 @@ class App:
 
     def worker(self, **options: Any) -> Worker:
         """A Worker for this app; see ``Worker`` for the options."""
-        from .worker import Worker  # the runtime layer sits above the app
+        from .worker import Worker  # imported on use: producers never load the runtime
 
         return Worker(self, **options)
 
@@ -299,7 +305,7 @@ class App:
                 )
             self._clients = make_clients(url, self.settings)
             self._client_loop = loop
-            await scripts.load_all(self._clients.internal)
+            await load_all(self._clients.internal)
         return self._clients
 
     async def close(self) -> None:

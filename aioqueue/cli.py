@@ -19,14 +19,14 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from .app import App
-from .embedded import EmbeddedServer
 from .errors import AioqueueError, ConfigError
-from .settings import ENV_REDIS_URL
+from .settings import ENV_REDIS_URL, WORKER_DEFAULTS
+from .store.embedded import EmbeddedServer
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Iterator, Sequence
 
-    from .job import JobInfo
+    from .store.records import JobInfo
     from .worker import Worker
 
 logger = logging.getLogger("aioqueue.cli")
@@ -61,7 +61,13 @@ def build_parser() -> argparse.ArgumentParser:
         dest="queues",
         help="a queue to serve (repeatable; default: every queue of the app)",
     )
-    worker.add_argument("-c", "--concurrency", type=int, default=50)
+    worker.add_argument(
+        "-c",
+        "--concurrency",
+        type=int,
+        default=WORKER_DEFAULTS.concurrency,
+        help="jobs at once per process (default: %(default)s)",
+    )
     worker.add_argument(
         "-p",
         "--processes",
@@ -69,8 +75,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="worker processes to run (each with --concurrency slots)",
     )
-    worker.add_argument("--lease", type=float, default=30.0, help="lease seconds")
-    worker.add_argument("--grace", type=float, default=10.0, help="shutdown grace seconds")
+    worker.add_argument(
+        "--lease",
+        type=float,
+        default=WORKER_DEFAULTS.lease,
+        help="lease seconds (default: %(default)s)",
+    )
+    worker.add_argument(
+        "--grace",
+        type=float,
+        default=WORKER_DEFAULTS.grace,
+        help="shutdown grace seconds (default: %(default)s)",
+    )
     worker.add_argument(
         "--burst", action="store_true", help="exit once nothing is ready, running or due"
     )

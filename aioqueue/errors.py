@@ -3,21 +3,26 @@
 AioqueueError
 ├── ConfigError              bad settings or names; raised at construction
 ├── EnqueueError             nothing was written to Redis
-│   ├── SerializationError   args are not JSON-serializable
+│   ├── SerializationError   args (or a result) are not JSON-serializable
 │   ├── PayloadTooLarge      encoded job exceeds max_payload_bytes
-│   ├── InvalidArguments     the task's handler cannot take these arguments
-│   └── UnknownTask          no task of this app has that name (worker side, or strict apps)
+│   └── InvalidArguments     the task's handler cannot take these arguments
 ├── JobError                 about one job; has .job_id
 │   ├── JobNotFound
 │   ├── JobFailed            from job.result(); has .error_type, .error and .traceback
 │   ├── JobCancelled
 │   └── ResultTimeout        job.result(timeout=...) ran out of time
-├── LeaseLost                an ack arrived after the lease passed to another worker
+├── UnknownTask              a worker has no handler for a job's task: the job goes dead
+├── PayloadError             bytes in a queue are not an aioqueue job: the job goes dead
+├── HandlerTimeout           a handler swallowed its timeout's cancellation or blocked the loop
+├── LeaseLost                a worker's ack found the job's lease passed to another worker
 └── ServerUnavailable        no Redis server to talk to (none configured, none startable)
     └── EnqueueUnconfirmed   Redis failed mid-enqueue; has .job_id: retry with that id
 
-Retry is deliberately not an AioqueueError: handlers raise it to ask for another
-attempt, and a broad ``except AioqueueError`` must not swallow it.
+UnknownTask, PayloadError and HandlerTimeout are raised inside a worker and recorded as
+the dead job's error (``JobFailed.error_type`` names them); LeaseLost is what a worker
+logs when Redis refuses its ack. Retry is deliberately not an AioqueueError: handlers
+raise it to ask for another attempt, and a broad ``except AioqueueError`` must not
+swallow it.
 """
 
 from __future__ import annotations
@@ -50,10 +55,6 @@ class PayloadTooLarge(EnqueueError):
 
 class InvalidArguments(EnqueueError, TypeError):
     """The task's handler cannot take the given arguments."""
-
-
-class UnknownTask(EnqueueError, LookupError):
-    """No task with this name is registered on the app."""
 
 
 class JobError(AioqueueError):
@@ -95,8 +96,32 @@ class ResultTimeout(JobError, TimeoutError):
         super().__init__(job_id, f"no result within {timeout}s")
 
 
+class UnknownTask(AioqueueError, LookupError):
+    """No task with this name is registered on the worker's app (the job goes dead)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"unknown task {name!r}: no handler registered")
+        self.name = name
+
+
+class PayloadError(AioqueueError, ValueError):
+    """A payload read from Redis is not a valid aioqueue job (written by a third party?)."""
+
+
+class HandlerTimeout(AioqueueError, TimeoutError):
+    """A handler ran past its timeout: it swallowed the cancellation or blocked the loop."""
+
+
 class LeaseLost(AioqueueError):
-    """A worker tried to settle a job whose lease it no longer holds."""
+    """A worker's ack found the job's lease held by another worker (or expired): this
+    worker stalled past its lease, the job was reclaimed, and it runs (or ran) elsewhere."""
+
+    def __init__(self, job_id: str, queue: str, outcome: str) -> None:
+        super().__init__(
+            f"job {job_id} of {queue}: lease lost before its {outcome} was recorded "
+            "(it ran elsewhere too)"
+        )
+        self.job_id = job_id
 
 
 class ServerUnavailable(AioqueueError):

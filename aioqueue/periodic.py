@@ -21,8 +21,8 @@ import orjson
 from cronsim import CronSim, CronSimError
 
 from .errors import ConfigError
-from .keys import validate_name
 from .priorities import DEFAULT_PRIORITY, resolve_priority
+from .store.keys import validate_name
 
 Missed = Literal["skip", "latest"]
 

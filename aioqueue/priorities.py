@@ -11,7 +11,7 @@ import random
 from typing import TYPE_CHECKING, Literal
 
 from .errors import ConfigError
-from .keys import PRIORITY_LEVELS
+from .store.keys import PRIORITY_LEVELS
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping

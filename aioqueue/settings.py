@@ -1,4 +1,10 @@
-"""Settings as frozen dataclasses, validated once, and the one place the environment is read."""
+"""Settings as frozen dataclasses, validated once; the one source of every default, and the
+one place the environment is read.
+
+``App``, ``Worker`` and the CLI take their defaults from ``APP_DEFAULTS`` and
+``WORKER_DEFAULTS`` (instances made with nothing but the required fields), so a default is
+written once: in the field below.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .errors import ConfigError
-from .keys import validate_name
 from .priorities import PriorityMode, planner
+from .store.keys import validate_name
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -16,6 +22,7 @@ if TYPE_CHECKING:
 ENV_REDIS_URL = "AIOQUEUE_REDIS_URL"
 ENV_PREFIX = "AIOQUEUE_PREFIX"
 DEFAULT_PREFIX = "aioqueue"
+DEFAULT_QUEUE = "default"
 
 
 def redis_url_from_env() -> str | None:
@@ -34,7 +41,7 @@ class AppSettings:
 
     redis_url: str | None = None
     prefix: str = DEFAULT_PREFIX
-    default_queue: str = "default"
+    default_queue: str = DEFAULT_QUEUE
     max_payload_bytes: int = 1024 * 1024
     result_ttl: float = 24 * 3600.0
     default_max_attempts: int = 3
@@ -101,3 +108,7 @@ class WorkerSettings:
     @property
     def lease_ms(self) -> int:
         return int(self.lease * 1000)
+
+
+APP_DEFAULTS = AppSettings()
+WORKER_DEFAULTS = WorkerSettings(queues=(DEFAULT_QUEUE,))

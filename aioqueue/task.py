@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from .backoff import Backoff, Exponential
 from .errors import ConfigError
-from .keys import validate_name
 from .middleware import FailureHook, RetryHook, SuccessHook, TaskHooks
 from .priorities import DEFAULT_PRIORITY, resolve_priority
+from .settings import APP_DEFAULTS, DEFAULT_QUEUE
+from .store.keys import validate_name
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -29,7 +30,7 @@ class TaskOptions:
     name: str
     queue: str
     timeout: float | None = 300.0
-    max_attempts: int = 3
+    max_attempts: int = APP_DEFAULTS.default_max_attempts
     backoff: Backoff = field(default_factory=Exponential)
     priority: int = DEFAULT_PRIORITY
     never_retry: tuple[type[BaseException], ...] = ()
@@ -43,6 +44,10 @@ class TaskOptions:
         if self.max_attempts < 1:
             raise ConfigError(f"task {self.name}: max_attempts must be at least 1")
         resolve_priority(self.priority)
+
+
+TASK_DEFAULTS = TaskOptions(name="task", queue=DEFAULT_QUEUE)
+"""The defaults of ``@app.task(...)``, read from TaskOptions' fields."""
 
 
 class Task(Generic[P, R]):

@@ -38,7 +38,7 @@ from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 
 import aioqueue
-from aioqueue.embedded import EmbeddedServer
+from aioqueue.store.embedded import EmbeddedServer
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator

@@ -13,8 +13,8 @@ from fakeredis import FakeAsyncRedis, FakeServer
 from redis.asyncio import Redis
 
 import aioqueue
-from aioqueue.embedded import EmbeddedServer
-from aioqueue.keys import QueueKeys
+from aioqueue.store.embedded import EmbeddedServer
+from aioqueue.store.keys import QueueKeys
 
 
 @pytest.fixture(scope="session")

@@ -11,8 +11,8 @@ import itertools
 
 from redis.asyncio import Redis
 
-from aioqueue import scripts
-from aioqueue.keys import QueueKeys
+from aioqueue.store import records, scripts
+from aioqueue.store.keys import QueueKeys
 
 LEASE_MS = 30_000
 _lease_tokens = itertools.count(1)
@@ -29,7 +29,7 @@ async def put(
     due_ms: int = 0,
     payload: bytes | None = None,
     check_created: bool = True,
-) -> scripts.Enqueued:
+) -> records.Enqueued:
     """Enqueue ``job_id`` through ``scripts.enqueue`` and return what the script answered.
 
     The payload defaults to ``{"t":"<job_id>"}``. Unless ``check_created`` is False, assert
@@ -86,7 +86,7 @@ async def lease(
     priority: int = 0,
     max_attempts: int = 0,
     token: str | None = None,
-) -> scripts.Taken:
+) -> records.Taken:
     """Enqueue ``job_id`` (unless its record exists already) and take it; return the job.
 
     Asserts that ``job_id`` is the one job taken, so nothing else may be ready ahead of it.
@@ -106,10 +106,10 @@ async def lease(
 
 
 def settle(
-    job: scripts.Taken, outcome: scripts.Outcome, data: bytes = b"", delay_ms: int = 0
-) -> scripts.Settlement:
+    job: records.Taken, outcome: records.Outcome, data: bytes = b"", delay_ms: int = 0
+) -> records.Settlement:
     """The settlement of a job taken by ``lease``, under that job's own lease token."""
-    return scripts.Settlement(job.id, job.lease, outcome, data, delay_ms)
+    return records.Settlement(job.id, job.lease, outcome, data, delay_ms)
 
 
 async def redis_now_ms(db: Redis) -> int:

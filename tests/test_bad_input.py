@@ -9,7 +9,7 @@ import pytest
 from redis.asyncio import Redis
 
 import aioqueue
-from aioqueue.keys import QueueKeys
+from aioqueue.store.keys import QueueKeys
 from tests.helpers import run_until_idle, wait_until
 
 

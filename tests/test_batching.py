@@ -10,9 +10,9 @@ from redis.asyncio.connection import Connection
 from redis.exceptions import ResponseError
 
 import aioqueue
-from aioqueue import batching, scripts
-from aioqueue.keys import QueueKeys
-from aioqueue.scripts import NewJob
+from aioqueue.store import batching, scripts
+from aioqueue.store.keys import QueueKeys
+from aioqueue.store.records import NewJob
 
 
 def _text(raw: bytes | str) -> str:

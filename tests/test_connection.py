@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from aioqueue import connection
+from aioqueue.store import connection
 
 
 class OldConnection:

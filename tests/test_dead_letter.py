@@ -6,7 +6,7 @@ import pytest
 from redis.asyncio import Redis
 
 import aioqueue
-from aioqueue import scripts
+from aioqueue.store import scripts
 from tests.helpers import counts, drain, run_until_idle
 
 

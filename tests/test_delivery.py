@@ -11,7 +11,7 @@ import pytest
 from redis.asyncio import Redis
 
 import aioqueue
-from aioqueue import scripts
+from aioqueue.store import scripts
 from tests import delivery_app
 from tests.helpers import run_until_idle, wait_until
 

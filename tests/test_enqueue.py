@@ -352,7 +352,7 @@ async def test_cancel_is_refused_once_the_job_finished(app: aioqueue.App) -> Non
 
 
 async def test_unreachable_redis_is_a_clear_error_with_the_job_id() -> None:
-    from aioqueue.embedded import free_loopback_port
+    from aioqueue.store.embedded import free_loopback_port
 
     app = aioqueue.App(redis_url=f"redis://127.0.0.1:{free_loopback_port()}/0", connect_timeout=0.2)
 

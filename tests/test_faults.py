@@ -32,8 +32,8 @@ import pytest
 from redis.asyncio import Redis
 
 import aioqueue
-from aioqueue import scripts
-from aioqueue.embedded import EmbeddedServer
+from aioqueue.store import scripts
+from aioqueue.store.embedded import EmbeddedServer
 from tests import fault_app
 from tests.fault_app import Recorder, Run
 from tests.helpers import wait_until

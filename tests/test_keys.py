@@ -9,7 +9,7 @@ import pytest
 from redis.crc import key_slot
 
 import aioqueue
-from aioqueue.keys import PRIORITY_LEVELS, QueueKeys, validate_name
+from aioqueue.store.keys import PRIORITY_LEVELS, QueueKeys, validate_name
 
 
 def every_key(keys: QueueKeys) -> list[str]:

@@ -1,10 +1,11 @@
-"""Dependencies inside aioqueue point one way (STYLE.md, "Dependencies point one way").
+"""Dependencies inside aioqueue point one way (ARCHITECTURE.md, "Layers").
 
-    pure (no I/O)  ->  scripts  ->  task, queue  ->  runtime loops  ->  edges
+    core (pure)  ->  store (Redis)  ->  producer side | worker  ->  edges (app, cli)
 
-A module may import modules of its own layer or a lower one, never a higher one. Imports
-under ``if TYPE_CHECKING:`` are exempt (they never run); imports inside functions count.
-Only ``scripts`` talks Lua to Redis, and every file in ``aioqueue/lua`` has its wrapper.
+A module may import modules of its own layer or a lower one, never a higher one; the
+producer side and the worker are siblings that never import each other. Imports under
+``if TYPE_CHECKING:`` are exempt (they never run); imports inside functions count. Only
+the store talks Lua to Redis, and every file in ``store/lua`` has its typed wrapper.
 """
 
 from __future__ import annotations
@@ -16,59 +17,47 @@ from pathlib import Path
 import pytest
 
 import aioqueue
-from aioqueue import scripts
+from aioqueue.store import scripts
 
 PACKAGE = Path(aioqueue.__file__).parent
 
-PURE = 0
-SCRIPTS = 1
-REDIS = 2
-RUNTIME = 3
-EDGE = 4
+CORE = 0
+STORE = 1
+PRODUCER = 2
+WORKER = 2  # a sibling of the producer side, checked apart
+EDGE = 3
 
-LAYERS: dict[str, int] = {
-    # pure, no I/O (plus the planned periodic, middleware and _clock)
-    "errors": PURE,
-    "settings": PURE,
-    "keys": PURE,
-    "job": PURE,
-    "backoff": PURE,
-    "_aio": PURE,
-    "embedded": PURE,
-    "priorities": PURE,
-    "periodic": PURE,
-    "middleware": PURE,
-    "_clock": PURE,
-    # the only module that sends EVALSHA
-    "scripts": SCRIPTS,
-    # Redis, thin over scripts
-    "task": REDIS,
-    "queue": REDIS,
-    "batching": REDIS,
-    "connection": REDIS,
-    # runtime
-    "runner": RUNTIME,
-    "deadlines": RUNTIME,
-    "consumer": RUNTIME,
-    "slots": RUNTIME,
-    "leases": RUNTIME,
-    "scheduler": RUNTIME,
-    "worker": RUNTIME,
-    "watchdog": RUNTIME,
-    "aborts": RUNTIME,
-    "jobs": RUNTIME,
-    "retention": RUNTIME,
-    "health": RUNTIME,
-    # edges
-    "app": EDGE,
-    "cli": EDGE,
-    "__init__": EDGE,
-    "__main__": EDGE,
-}
+_CORE = {
+    "errors", "settings", "backoff", "priorities", "periodic", "middleware",
+    "store.keys", "store.records", "store.payload",
+}  # fmt: skip
+_PRODUCER = {"task", "enqueue", "job", "queue"}
+_EDGE = {"app", "cli", "__init__", "__main__"}
+
+
+def layer(module: str) -> int:
+    if module in _CORE:
+        return CORE
+    if module in _PRODUCER:
+        return PRODUCER
+    if module in _EDGE:
+        return EDGE
+    if module == "store" or module.startswith("store."):
+        return STORE
+    if module == "worker" or module.startswith("worker."):
+        return WORKER
+    raise AssertionError(f"no layer for {module}: place it in test_layering.py")
 
 
 def modules() -> dict[str, Path]:
-    return {path.stem: path for path in sorted(PACKAGE.glob("*.py"))}
+    """Every module by dotted name under aioqueue ("store.keys"; a package is "store")."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        if parts[-1] == "__init__" and len(parts) > 1:
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
 
 
 def _is_type_checking(test: ast.expr) -> bool:
@@ -77,29 +66,44 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _targets(node: ast.Import | ast.ImportFrom, known: set[str]) -> set[str]:
+def _package_of(module: str, known: set[str]) -> list[str]:
+    """The package a module's relative imports start from, as a list of parts."""
+    parts = [] if module == "__init__" else module.split(".")
+    return parts if module in known and _is_package(module) else parts[:-1]
+
+
+def _is_package(module: str) -> bool:
+    return module != "__init__" and (PACKAGE / module.replace(".", "/") / "__init__.py").exists()
+
+
+def _targets(node: ast.Import | ast.ImportFrom, module: str, known: set[str]) -> set[str]:
     """The aioqueue modules one import statement depends on (``__init__`` for the package)."""
     if isinstance(node, ast.Import):
         dotted = [alias.name for alias in node.names]
         return {
-            name.split(".")[1] if "." in name else "__init__"
+            name.removeprefix("aioqueue.") if "." in name else "__init__"
             for name in dotted
             if name == "aioqueue" or name.startswith("aioqueue.")
         }
-    base = node.module or ""
     if node.level == 0:
-        if base != "aioqueue" and not base.startswith("aioqueue."):
+        base_name = node.module or ""
+        if base_name != "aioqueue" and not base_name.startswith("aioqueue."):
             return set()
-        base = base.removeprefix("aioqueue").removeprefix(".")
-    elif node.level > 1:
-        raise AssertionError("aioqueue has no subpackages to import from with '..'")
-    if base:
-        return {base.split(".")[0]}
-    # from . import x: a submodule, or else a name that the package __init__ binds
-    return {alias.name if alias.name in known else "__init__" for alias in node.names}
+        base = base_name.split(".")[1:]
+    else:
+        package = _package_of(module, known)
+        if node.level - 1 > len(package):
+            raise AssertionError(f"{module}: relative import above the package")
+        base = package[: len(package) - (node.level - 1)] + (node.module or "").split(".")
+        base = [part for part in base if part]
+    found = set()
+    for alias in node.names:  # from x import y: a submodule y, or a name bound in x
+        candidate = ".".join([*base, alias.name])
+        found.add(candidate if candidate in known else ".".join(base) or "__init__")
+    return found
 
 
-def runtime_imports(source: str, known: set[str]) -> set[str]:
+def runtime_imports(source: str, module: str, known: set[str]) -> set[str]:
     """Every aioqueue module imported at run time, wherever the import statement sits."""
     found: set[str] = set()
 
@@ -109,7 +113,7 @@ def runtime_imports(source: str, known: set[str]) -> set[str]:
                 visit(statement)
             return
         if isinstance(node, ast.Import | ast.ImportFrom):
-            found.update(_targets(node, known))
+            found.update(_targets(node, module, known))
         for child in ast.iter_child_nodes(node):
             visit(child)
 
@@ -120,7 +124,7 @@ def runtime_imports(source: str, known: set[str]) -> set[str]:
 def import_graph() -> dict[str, set[str]]:
     known = set(modules())
     return {
-        name: runtime_imports(path.read_text("utf-8"), known) - {name}
+        name: runtime_imports(path.read_text("utf-8"), name, known) - {name}
         for name, path in modules().items()
     }
 
@@ -132,52 +136,84 @@ import typing
 from typing import TYPE_CHECKING
 from . import scripts, keys
 from .keys import QueueKeys
+from ..errors import ConfigError
+from .. import periodic
 import aioqueue.job
 import collections.abc
 from aioqueue.errors import ConfigError
 if TYPE_CHECKING:
-    from .worker import Worker
+    from ..worker import Worker
 if typing.TYPE_CHECKING:
-    from .app import App
+    from ..app import App
 else:
-    from .backoff import Fixed
+    from ..backoff import Fixed
 def late():
-    from .runner import run_job
+    from ..worker.runner import run_job
     from aioqueue import __version__
 """
-    known = {"scripts", "keys", "job", "errors", "worker", "app", "backoff", "runner"}
-    assert runtime_imports(source, known) == {
-        "scripts",
-        "keys",
-        "job",
-        "errors",
-        "backoff",
-        "runner",
+    known = {
+        "store", "store.scripts", "store.keys", "job", "errors", "worker", "app", "backoff",
+        "worker.runner", "periodic", "__init__",
+    }  # fmt: skip
+    assert runtime_imports(source, "store.wire", known) == {
+        "store.scripts", "store.keys", "errors", "periodic", "job", "backoff", "worker.runner",
         "__init__",
-    }
+    }  # fmt: skip
 
 
 def test_every_module_has_a_layer() -> None:
-    unplaced = sorted(set(modules()) - set(LAYERS))
-    assert unplaced == [], f"add these modules to LAYERS: {unplaced}"
+    for module in modules():
+        layer(module)  # raises for a module nobody placed
+
+
+def test_the_tree_shows_the_layers() -> None:
+    names = set(modules())
+    assert {"store.scripts", "store.wire", "store.records", "store.loader"} <= names
+    assert {"worker.worker", "worker.inflight", "worker.consumer", "worker.acks"} <= names
+    assert all(layer(name) in (CORE, STORE) for name in names if name.startswith("store."))
+    assert all(layer(name) == WORKER for name in names if name.startswith("worker."))
 
 
 def test_dependencies_point_one_way() -> None:
     graph = import_graph()
-    assert graph["worker"], "the scanner found no imports in worker.py"
+    assert graph["worker.worker"], "the scanner found no imports in worker/worker.py"
     upward = sorted(
-        f"{module} ({LAYERS[module]}) imports {target} ({LAYERS[target]})"
+        f"{module} ({layer(module)}) imports {target} ({layer(target)})"
         for module, targets in graph.items()
         for target in targets
-        if LAYERS[target] > LAYERS[module]
+        if layer(target) > layer(module)
     )
     assert upward == []
 
 
-@pytest.mark.parametrize("module", [name for name in modules() if LAYERS.get(name) == PURE])
-def test_pure_modules_import_only_pure_modules(module: str) -> None:
+def test_the_producer_side_and_the_worker_never_import_each_other() -> None:
+    graph = import_graph()
+    crossing = sorted(
+        f"{module} imports {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if {_side(module), _side(target)} == {"producer", "worker"}
+    )
+    assert crossing == []
+
+
+def _side(module: str) -> str:
+    if module in _PRODUCER:
+        return "producer"
+    return "worker" if module == "worker" or module.startswith("worker.") else "other"
+
+
+@pytest.mark.parametrize("module", sorted(name for name in modules() if layer(name) == CORE))
+def test_core_modules_import_only_core_modules(module: str) -> None:
     targets = import_graph()[module]
-    assert {target for target in targets if LAYERS[target] != PURE} == set()
+    assert {target for target in targets if layer(target) != CORE} == set()
+
+
+@pytest.mark.parametrize("module", ["worker.runner", "worker.inflight"])
+def test_a_job_runs_without_the_redis_layer(module: str) -> None:
+    """The runner and the in-flight job use the typed records, never Redis itself."""
+    store = {target for target in import_graph()[module] if layer(target) == STORE}
+    assert store == set()
 
 
 def test_no_import_cycles_at_run_time() -> None:
@@ -197,21 +233,21 @@ def test_no_import_cycles_at_run_time() -> None:
     assert done == set(graph)
 
 
-def test_only_scripts_sends_lua() -> None:
+def test_only_the_store_sends_lua() -> None:
     offenders = sorted(
-        f"{name}.py: {word}"
+        f"{name}: {word}"
         for name, path in modules().items()
-        if name != "scripts"
+        if layer(name) != STORE
         for word in ("evalsha", "script_load", "register_script")
         if word in path.read_text("utf-8").lower()
     )
     assert offenders == []
-    assert "evalsha" in (PACKAGE / "scripts.py").read_text("utf-8")
+    assert "evalsha" in (PACKAGE / "store" / "loader.py").read_text("utf-8")
 
 
 def _script_names() -> list[str]:
-    """The names passed to ``Script("<name>")`` calls in scripts.py."""
-    tree = ast.parse((PACKAGE / "scripts.py").read_text("utf-8"))
+    """The names passed to ``Script("<name>")`` calls in store/scripts.py."""
+    tree = ast.parse((PACKAGE / "store" / "scripts.py").read_text("utf-8"))
     return [
         str(node.args[0].value)
         for node in ast.walk(tree)
@@ -223,7 +259,7 @@ def _script_names() -> list[str]:
     ]
 
 
-LUA_FILES = sorted(path.stem for path in (PACKAGE / "lua").glob("*.lua"))
+LUA_FILES = sorted(path.stem for path in (PACKAGE / "store" / "lua").glob("*.lua"))
 
 
 def test_every_lua_file_has_exactly_one_script_and_back() -> None:
@@ -231,11 +267,12 @@ def test_every_lua_file_has_exactly_one_script_and_back() -> None:
     assert len(names) == len(set(names))
     assert sorted(names) == LUA_FILES
     assert len(LUA_FILES) >= 9
+    assert sorted(script.name for script in scripts.ALL_SCRIPTS) == LUA_FILES
 
 
 @pytest.mark.parametrize("name", LUA_FILES)
 def test_lua_header_states_its_contract(name: str) -> None:
-    source = (PACKAGE / "lua" / f"{name}.lua").read_text("utf-8")
+    source = (PACKAGE / "store" / "lua" / f"{name}.lua").read_text("utf-8")
     assert source.startswith(f"--[[ {name}:"), "the header opens with the script's name"
     header = source.split("]]", 1)[0]
     for word in ("KEYS[1]", "ARGV[1]", "Returns"):
@@ -246,3 +283,11 @@ def test_lua_header_states_its_contract(name: str) -> None:
 def test_every_lua_file_has_a_typed_wrapper(name: str) -> None:
     wrapper = getattr(scripts, name, None)
     assert inspect.iscoroutinefunction(wrapper), f"scripts.{name}() is missing"
+
+
+def test_the_return_codes_are_read_in_one_table() -> None:
+    """Scripts that answer with codes are read through ``scripts.CODES`` alone."""
+    source = (PACKAGE / "store" / "scripts.py").read_text("utf-8")
+    assert source.count("CODES[") == 1
+    for name in scripts.CODES:
+        assert name in LUA_FILES

@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 
 import aioqueue
 from aioqueue.periodic import Periodic
-from aioqueue.scheduler import PeriodicScheduler
+from aioqueue.worker.scheduler import PeriodicScheduler
 from tests.helpers import wait_until
 
 HOUR_MS = 3_600_000
@@ -95,10 +95,7 @@ async def test_each_tick_is_enqueued_once_and_stale_ticks_are_skipped(
     queue = app.queue()
     client = await app.client()
     schedulers = [
-        PeriodicScheduler(
-            client, queue.keys, declared=[], max_payload_bytes=1000, stopping=asyncio.Event()
-        )
-        for _ in range(3)
+        PeriodicScheduler(client, queue.keys, declared=[], max_payload_bytes=1000) for _ in range(3)
     ]
     await app.add_periodic("hourly", every=3600, missed="latest", name="latest")
     await app.add_periodic("hourly", every=3600, misfire_grace=0, name="skipped")

@@ -81,5 +81,5 @@ def test_py_typed_ships_in_the_package() -> None:
 
 
 def test_lua_scripts_ship_in_the_package() -> None:
-    lua = files("aioqueue").joinpath("lua")
+    lua = files("aioqueue").joinpath("store", "lua")
     assert lua.joinpath("take.lua").is_file()

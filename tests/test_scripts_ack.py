@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 from redis.asyncio import Redis
 
-from aioqueue import scripts
-from aioqueue.keys import QueueKeys
+from aioqueue.store import records, scripts
+from aioqueue.store.keys import QueueKeys
 from tests.script_helpers import lease, put, redis_now_ms, settle
 
 TTL = 60_000
@@ -38,7 +38,7 @@ async def test_complete_stores_the_result_with_a_ttl(db: Redis, keys: QueueKeys)
     [("fail", "failed", b"e"), ("abort", "cancelled", b"e")],
 )
 async def test_fail_and_abort_finish_with_the_error(
-    db: Redis, keys: QueueKeys, outcome: scripts.Outcome, state: str, field: bytes
+    db: Redis, keys: QueueKeys, outcome: records.Outcome, state: str, field: bytes
 ) -> None:
     job = await lease(db, keys, "a")
     error = b'{"type":"ValueError","message":"no","traceback":""}'
@@ -56,7 +56,7 @@ async def test_fail_and_abort_finish_with_the_error(
 
 @pytest.mark.parametrize("outcome", ["complete", "fail", "abort"])
 async def test_result_ttl_zero_deletes_the_record(
-    db: Redis, keys: QueueKeys, outcome: scripts.Outcome
+    db: Redis, keys: QueueKeys, outcome: records.Outcome
 ) -> None:
     job = await lease(db, keys, "a")
 
@@ -162,7 +162,7 @@ async def test_release_returns_to_the_front_uncounted(db: Redis, keys: QueueKeys
 async def test_a_wrong_lease_token_is_not_settled(db: Redis, keys: QueueKeys) -> None:
     job = await lease(db, keys, "a")
     deadline = await db.zscore(keys.active, "a")
-    forged = scripts.Settlement(job.id, "w:someone-else", "complete", b"1")
+    forged = records.Settlement(job.id, "w:someone-else", "complete", b"1")
 
     assert await scripts.ack(db, keys, [forged], result_ttl_ms=TTL) == [False]
 
@@ -175,7 +175,7 @@ async def test_an_ack_after_reclaim_is_not_settled(db: Redis, keys: QueueKeys) -
     job = await lease(db, keys, "a", max_attempts=3)
     await db.zadd(keys.active, {"a": 0}, xx=True)  # the lease expired
     reclaimed = await scripts.reclaim(db, keys, limit=10, default_max_attempts=3)
-    assert reclaimed == scripts.Reclaimed(requeued=1, buried=0)
+    assert reclaimed == records.Reclaimed(requeued=1, buried=0)
 
     assert await scripts.ack(db, keys, [settle(job, "complete", b"1")], result_ttl_ms=TTL) == [
         False
@@ -199,7 +199,7 @@ async def test_an_old_lease_cannot_settle_the_next_attempt(db: Redis, keys: Queu
 
 @pytest.mark.parametrize("outcome", ["complete", "retry", "bury", "fail", "abort", "release"])
 async def test_repeating_an_ack_is_harmless(
-    db: Redis, keys: QueueKeys, outcome: scripts.Outcome
+    db: Redis, keys: QueueKeys, outcome: records.Outcome
 ) -> None:
     job = await lease(db, keys, "a")
     first = await scripts.ack(db, keys, [settle(job, outcome, b"1")], result_ttl_ms=TTL)
@@ -230,7 +230,7 @@ async def test_a_batch_reports_each_job_in_order(db: Redis, keys: QueueKeys) -> 
     c = await lease(db, keys, "c")
     batch = [
         settle(a, "complete", b"1"),
-        scripts.Settlement(b.id, "w:stale", "complete", b"2"),
+        records.Settlement(b.id, "w:stale", "complete", b"2"),
         settle(c, "bury", b'"E"'),
     ]
 
@@ -258,6 +258,6 @@ async def test_a_job_id_that_is_not_utf8_is_settled_too(db: Redis, keys: QueueKe
     taken = await scripts.take(db, keys, lease="w:raw", lease_ms=30_000, limit=1)
     assert [job.id for job in taken.jobs] == [raw_id]
 
-    done = scripts.Settlement(raw_id, "w:raw", "complete", b'"ok"')
+    done = records.Settlement(raw_id, "w:raw", "complete", b'"ok"')
     assert await scripts.ack(db, keys, [done], result_ttl_ms=60_000) == [True]
     assert await db.hget(keys.job_prefix.encode() + raw_id, "s") == b"complete"

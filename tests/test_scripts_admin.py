@@ -13,8 +13,8 @@ import json
 import pytest
 from redis.asyncio import Redis
 
-from aioqueue import scripts
-from aioqueue.keys import QueueKeys
+from aioqueue.store import records, scripts
+from aioqueue.store.keys import QueueKeys
 from tests.helpers import wait_until
 from tests.script_helpers import lease, put, settle, take
 
@@ -111,7 +111,7 @@ async def test_cancel_a_finished_job_is_too_late(db: Redis, keys: QueueKeys, out
     else:
         await put(db, keys, "a")
         await take(db, keys)
-        done = scripts.Settlement(b"a", "w:1", "complete", b"1")
+        done = records.Settlement(b"a", "w:1", "complete", b"1")
         await scripts.ack(db, keys, [done], result_ttl_ms=TTL)
         expected = "complete"
     record = await db.hgetall(keys.job("a"))
@@ -160,7 +160,7 @@ async def test_requeue_gives_a_dead_job_a_fresh_start(db: Redis, keys: QueueKeys
     await put(db, keys, "b", priority=5)
     tokens = await db.llen(keys.notify)
 
-    assert await scripts.requeue(db, keys, ["a"], limit=10) == scripts.Requeued(1, 0)
+    assert await scripts.requeue(db, keys, ["a"], limit=10) == records.Requeued(1, 0)
 
     assert await db.zcard(keys.dead) == 0
     assert await db.lrange(keys.ready(5), 0, -1) == [b"b", b"a"]
@@ -179,7 +179,7 @@ async def test_requeue_without_ids_takes_the_oldest(db: Redis, keys: QueueKeys) 
         await bury(db, keys, job_id)
     await db.zadd(keys.dead, {"c": 1, "a": 2, "b": 3}, xx=True)
 
-    assert await scripts.requeue(db, keys, [], limit=2) == scripts.Requeued(2, 0)
+    assert await scripts.requeue(db, keys, [], limit=2) == records.Requeued(2, 0)
 
     assert await db.zrange(keys.dead, 0, -1) == [b"b"]
     assert await db.lrange(keys.ready(0), 0, -1) == [b"c", b"a"]
@@ -189,8 +189,8 @@ async def test_requeue_skips_poison_entries(db: Redis, keys: QueueKeys) -> None:
     poison = await make_poison(db, keys, b"\xffforeign")
     await bury(db, keys, "a")
 
-    assert await scripts.requeue(db, keys, [poison.decode()], limit=10) == scripts.Requeued(0, 1)
-    assert await scripts.requeue(db, keys, [], limit=10) == scripts.Requeued(1, 1)
+    assert await scripts.requeue(db, keys, [poison.decode()], limit=10) == records.Requeued(0, 1)
+    assert await scripts.requeue(db, keys, [], limit=10) == records.Requeued(1, 1)
 
     assert await db.zrange(keys.dead, 0, -1) == [poison]
     assert await db.hget(keys.job_prefix + poison.decode(), "raw") == b"\xffforeign"
@@ -201,7 +201,7 @@ async def test_requeue_skips_jobs_that_are_not_dead(db: Redis, keys: QueueKeys) 
     await put(db, keys, "queued")
 
     assert await scripts.requeue(db, keys, ["queued", "unknown"], limit=10) == (
-        scripts.Requeued(0, 2)
+        records.Requeued(0, 2)
     )
     assert await db.lrange(keys.ready(0), 0, -1) == [b"queued"]
     assert await db.exists(keys.job("unknown")) == 0
@@ -242,7 +242,7 @@ async def test_purge_without_ids_takes_the_oldest(db: Redis, keys: QueueKeys) ->
 async def test_enqueueing_a_dead_id_returns_the_dead_job(db: Redis, keys: QueueKeys) -> None:
     await bury(db, keys, "a")
     again = await put(db, keys, "a", check_created=False)  # requeue_dead is the way back
-    assert again == scripts.Enqueued(created=False, state="dead")
+    assert again == records.Enqueued(created=False, state="dead")
     assert await db.zrange(keys.dead, 0, -1) == [b"a"]
 
 

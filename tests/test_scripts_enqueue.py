@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 from redis.asyncio import Redis
 
-from aioqueue import scripts
-from aioqueue.keys import QueueKeys
+from aioqueue.store import records, scripts
+from aioqueue.store.keys import QueueKeys
 from tests.script_helpers import lease, put, redis_now_ms
 
 
@@ -20,7 +20,7 @@ async def test_enqueue_writes_a_queued_record(db: Redis, keys: QueueKeys) -> Non
     result = await put(db, keys, "a", priority=0, max_attempts=4, payload=b'{"x":1}')
     after = await redis_now_ms(db)
 
-    assert result == scripts.Enqueued(created=True, state="queued")
+    assert result == records.Enqueued(created=True, state="queued")
     record = await db.hgetall(keys.job("a"))
     assert record[b"p"] == b'{"x":1}'
     assert record[b"s"] == b"queued"
@@ -50,7 +50,7 @@ async def test_delay_schedules_on_the_redis_clock(db: Redis, keys: QueueKeys) ->
     result = await put(db, keys, "a", priority=3, delay_ms=60_000)
     after = await redis_now_ms(db)
 
-    assert result == scripts.Enqueued(created=True, state="scheduled")
+    assert result == records.Enqueued(created=True, state="scheduled")
     due = await db.zscore(keys.schedule, "a")
     assert due is not None
     assert before + 60_000 <= due <= after + 60_000
@@ -122,7 +122,7 @@ async def test_unfinished_id_is_not_written_again(db: Redis, keys: QueueKeys, st
 
     again = await put(db, keys, "a", payload=b'{"new":true}', priority=0, check_created=False)
 
-    assert again == scripts.Enqueued(created=False, state=state)
+    assert again == records.Enqueued(created=False, state=state)
     assert await db.hgetall(keys.job("a")) == record_before
     assert await db.llen(keys.ready(0)) == ready_before
     assert await db.llen(keys.notify) == tokens_before
@@ -134,7 +134,7 @@ async def test_a_finished_id_is_not_run_again_while_its_record_lasts(
 ) -> None:
     """An id is an idempotency key: a resend or retry after the job ran must not rerun it."""
     await lease(db, keys, "a", token="w:1")
-    settled = scripts.Settlement(b"a", "w:1", "complete", b'"old result"')
+    settled = records.Settlement(b"a", "w:1", "complete", b'"old result"')
     assert await scripts.ack(db, keys, [settled], result_ttl_ms=60_000) == [True]
     ttl = await db.pttl(keys.job("a"))
 
@@ -142,7 +142,7 @@ async def test_a_finished_id_is_not_run_again_while_its_record_lasts(
         db, keys, "a", payload=b'{"new":true}', priority=2, max_attempts=9, check_created=False
     )
 
-    assert again == scripts.Enqueued(created=False, state="complete")
+    assert again == records.Enqueued(created=False, state="complete")
     record = await db.hgetall(keys.job("a"))
     assert record[b"r"] == b'"old result"'
     assert 0 < await db.pttl(keys.job("a")) <= ttl
@@ -151,8 +151,8 @@ async def test_a_finished_id_is_not_run_again_while_its_record_lasts(
 
 async def test_an_id_is_free_again_once_its_record_expired(db: Redis, keys: QueueKeys) -> None:
     await lease(db, keys, "a", token="w:1")
-    settled = scripts.Settlement(b"a", "w:1", "complete", b"1")
+    settled = records.Settlement(b"a", "w:1", "complete", b"1")
     assert await scripts.ack(db, keys, [settled], result_ttl_ms=60_000) == [True]
     await db.delete(keys.job("a"))  # as its TTL would
 
-    assert await put(db, keys, "a") == scripts.Enqueued(created=True, state="queued")
+    assert await put(db, keys, "a") == records.Enqueued(created=True, state="queued")

@@ -12,8 +12,8 @@ import json
 import pytest
 from redis.asyncio import Redis
 
-from aioqueue import scripts
-from aioqueue.keys import PRIORITY_LEVELS, QueueKeys
+from aioqueue.store import records, scripts
+from aioqueue.store.keys import PRIORITY_LEVELS, QueueKeys
 from tests.script_helpers import put, take
 
 
@@ -27,7 +27,7 @@ async def test_take_leases_a_job(db: Redis, keys: QueueKeys) -> None:
     result = await scripts.take(db, keys, lease="w:7", lease_ms=30_000, limit=10)
 
     assert result.now_ms > 0
-    assert result.jobs == [scripts.Taken(b"a", b'{"t":"a"}', 1, 5, "w:7")]
+    assert result.jobs == [records.Taken(b"a", b'{"t":"a"}', 1, 5, "w:7")]
     assert result.jobs[0].job_id == "a"
     assert await db.zscore(keys.active, "a") == result.now_ms + 30_000
     record = await db.hgetall(keys.job("a"))

@@ -14,8 +14,8 @@ import json
 import pytest
 from redis.asyncio import Redis
 
-from aioqueue import scripts
-from aioqueue.keys import QueueKeys
+from aioqueue.store import records, scripts
+from aioqueue.store.keys import QueueKeys
 from tests.script_helpers import put, take
 
 FAR = 3_600_000  # an hour: "not due" for as long as any test runs
@@ -152,7 +152,7 @@ async def test_reclaim_requeues_at_the_front(db: Redis, keys: QueueKeys) -> None
 
     reclaimed = await scripts.reclaim(db, keys, limit=10, default_max_attempts=5)
 
-    assert reclaimed == scripts.Reclaimed(requeued=1, buried=0)
+    assert reclaimed == records.Reclaimed(requeued=1, buried=0)
     assert await db.lrange(keys.ready(3), 0, -1) == [b"a", b"b"]
     assert await db.llen(keys.notify) == tokens + 1
     record = await db.hgetall(keys.job("a"))
@@ -169,7 +169,7 @@ async def test_reclaim_buries_at_the_jobs_own_max_attempts(db: Redis, keys: Queu
 
     reclaimed = await scripts.reclaim(db, keys, limit=10, default_max_attempts=5)
 
-    assert reclaimed == scripts.Reclaimed(requeued=0, buried=1)
+    assert reclaimed == records.Reclaimed(requeued=0, buried=1)
     record = await db.hgetall(keys.job("a"))
     assert record[b"s"] == b"dead"
     assert b"w" not in record
@@ -184,13 +184,13 @@ async def test_reclaim_buries_at_the_jobs_own_max_attempts(db: Redis, keys: Queu
 @pytest.mark.parametrize(
     ("m", "default", "expected"),
     [
-        (0, 1, scripts.Reclaimed(requeued=0, buried=1)),  # no own max: the default applies
-        (0, 2, scripts.Reclaimed(requeued=1, buried=0)),
-        (5, 1, scripts.Reclaimed(requeued=1, buried=0)),  # the job's own max wins
+        (0, 1, records.Reclaimed(requeued=0, buried=1)),  # no own max: the default applies
+        (0, 2, records.Reclaimed(requeued=1, buried=0)),
+        (5, 1, records.Reclaimed(requeued=1, buried=0)),  # the job's own max wins
     ],
 )
 async def test_reclaim_max_attempts_falls_back_to_the_default(
-    db: Redis, keys: QueueKeys, m: int, default: int, expected: scripts.Reclaimed
+    db: Redis, keys: QueueKeys, m: int, default: int, expected: records.Reclaimed
 ) -> None:
     await put(db, keys, "a", max_attempts=m)
     assert await take(db, keys) == [b"a"]
@@ -205,7 +205,7 @@ async def test_reclaim_leaves_live_leases_alone(db: Redis, keys: QueueKeys) -> N
     deadline = await db.zscore(keys.active, "a")
 
     assert await scripts.reclaim(db, keys, limit=10, default_max_attempts=3) == (
-        scripts.Reclaimed(0, 0)
+        records.Reclaimed(0, 0)
     )
     assert await db.zscore(keys.active, "a") == deadline
     assert await db.hget(keys.job("a"), "s") == b"active"
@@ -218,7 +218,7 @@ async def test_reclaim_respects_its_limit(db: Redis, keys: QueueKeys) -> None:
     await expire_leases(db, keys, "a", "b", "c")
 
     assert await scripts.reclaim(db, keys, limit=2, default_max_attempts=3) == (
-        scripts.Reclaimed(2, 0)
+        records.Reclaimed(2, 0)
     )
     assert await db.zcard(keys.active) == 1
     assert await db.llen(keys.ready(0)) == 2
@@ -228,7 +228,7 @@ async def test_reclaim_drops_stale_active_entries(db: Redis, keys: QueueKeys) ->
     await db.zadd(keys.active, {"ghost": 1})
 
     assert await scripts.reclaim(db, keys, limit=10, default_max_attempts=3) == (
-        scripts.Reclaimed(0, 0)
+        records.Reclaimed(0, 0)
     )
     assert await db.zcard(keys.active) == 0
     assert await db.zcard(keys.dead) == 0
@@ -245,7 +245,7 @@ async def test_extend_renews_held_leases(db: Redis, keys: QueueKeys) -> None:
 
     extended = await scripts.extend(db, keys, [(b"a", "w:1"), (b"b", "w:1")], lease_ms=FAR)
 
-    assert extended == scripts.Extended(lost=[], aborted=[])
+    assert extended == records.Extended(lost=[], aborted=[])
     for job_id in ("a", "b"):
         deadline = await db.zscore(keys.active, job_id)
         assert deadline is not None
@@ -258,7 +258,7 @@ async def test_extend_returns_the_leases_no_longer_held(db: Redis, keys: QueueKe
     assert len(await take(db, keys, limit=4)) == 4
     await expire_leases(db, keys, "reclaimed")
     assert (await scripts.reclaim(db, keys, limit=10, default_max_attempts=5)).requeued == 1
-    done = scripts.Settlement(b"done", "w:1", "complete", b"1")
+    done = records.Settlement(b"done", "w:1", "complete", b"1")
     assert await scripts.ack(db, keys, [done], result_ttl_ms=60_000) == [True]
     wrong_token_deadline = await db.zscore(keys.active, "wrong-token")
 
@@ -288,7 +288,7 @@ async def test_extend_returns_the_leases_no_longer_held(db: Redis, keys: QueueKe
 
 
 async def test_extend_with_nothing_to_renew(db: Redis, keys: QueueKeys) -> None:
-    assert await scripts.extend(db, keys, [], lease_ms=1_000) == scripts.Extended([], [])
+    assert await scripts.extend(db, keys, [], lease_ms=1_000) == records.Extended([], [])
 
 
 async def test_extend_reports_held_jobs_whose_abort_was_requested(
@@ -301,7 +301,7 @@ async def test_extend_reports_held_jobs_whose_abort_was_requested(
 
     extended = await scripts.extend(db, keys, [(b"a", "w:1"), (b"b", "w:1")], lease_ms=FAR)
 
-    assert extended == scripts.Extended(lost=[], aborted=[b"b"])
+    assert extended == records.Extended(lost=[], aborted=[b"b"])
 
 
 async def test_reclaim_ends_a_job_whose_abort_was_requested_as_cancelled(
@@ -314,6 +314,6 @@ async def test_reclaim_ends_a_job_whose_abort_was_requested_as_cancelled(
 
     result = await scripts.reclaim(db, keys, limit=10, default_max_attempts=5, result_ttl_ms=FAR)
 
-    assert result == scripts.Reclaimed(requeued=0, buried=1)
+    assert result == records.Reclaimed(requeued=0, buried=1)
     assert await db.hget(keys.job("a"), "s") == b"cancelled"
     assert await db.llen(keys.ready(0)) == 0

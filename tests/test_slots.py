@@ -9,13 +9,16 @@ import time
 from typing import Any
 
 import pytest
+from redis.asyncio import Redis
 
 import aioqueue
-from aioqueue import slots as slots_module
-from aioqueue.deadlines import Deadlines
-from aioqueue.runner import RunningJob
-from aioqueue.scripts import Taken
-from aioqueue.slots import Slots
+from aioqueue.store.keys import QueueKeys
+from aioqueue.store.records import Taken
+from aioqueue.worker import slots as slots_module
+from aioqueue.worker.acks import AckBatcher
+from aioqueue.worker.deadlines import Deadlines
+from aioqueue.worker.inflight import RunningJob
+from aioqueue.worker.slots import Slots
 from tests.helpers import counts, wait_until
 
 # -- Slots --------------------------------------------------------------------------------
@@ -93,14 +96,15 @@ async def test_waiting_jobs_can_be_taken_back_by_match_or_age(
 # -- Deadlines ----------------------------------------------------------------------------
 
 
-def running_job(n: int) -> RunningJob:
-    return RunningJob(Taken(str(n).encode(), b"{}", 1, 1, "lease"), "q")
+def running_job(n: int, deadlines: Deadlines) -> RunningJob:
+    acks = AckBatcher(Redis(), QueueKeys.for_queue("p", "q"), result_ttl_ms=0)
+    return RunningJob(Taken(str(n).encode(), b"{}", 1, 1, "lease"), acks, deadlines)
 
 
 async def test_deadlines_cancel_only_overdue_handlers() -> None:
     deadlines = Deadlines()
     never = asyncio.Event()
-    jobs = [running_job(n) for n in range(3)]
+    jobs = [running_job(n, deadlines) for n in range(3)]
     handles: list[asyncio.Task[None]] = []
     for job in jobs:
         handle = asyncio.create_task(_wait(never))
@@ -127,7 +131,7 @@ async def test_deadlines_of_finished_jobs_do_not_pile_up() -> None:
     deadlines = Deadlines()
     loop = asyncio.get_running_loop()
     for n in range(10_000):
-        job = running_job(n)
+        job = running_job(n, deadlines)
         deadlines.watch(job, loop.time() + 300)
         deadlines.unwatch(job)
     assert len(deadlines._heap) < 100  # rebuilt without the finished ones as it grows

@@ -14,8 +14,8 @@ import pytest
 from redis.asyncio import Redis
 
 import aioqueue
-from aioqueue import scripts
-from aioqueue.keys import QueueKeys
+from aioqueue.store import records, scripts
+from aioqueue.store.keys import QueueKeys
 from tests.helpers import counts, drain, run_until_idle, wait_until
 
 
@@ -431,7 +431,7 @@ async def test_burst_worker_does_not_strand_a_retried_job(
     empty_take_ran, acked = asyncio.Event(), asyncio.Event()
     replayed = False
 
-    async def take(redis: Any, keys: QueueKeys, **kwargs: Any) -> scripts.TakeResult:
+    async def take(redis: Any, keys: QueueKeys, **kwargs: Any) -> records.TakeResult:
         nonlocal replayed
         result = await real_take(redis, keys, **kwargs)
         if kwargs["limit"] and not result.jobs and not acked.is_set() and not replayed:
@@ -475,7 +475,7 @@ async def test_a_job_blocking_the_event_loop_is_named_in_the_log(
         time.sleep(0.6)  # noqa: ASYNC251 - blocking the loop is the point
 
     job = await hog.enqueue()
-    with caplog.at_level(logging.WARNING, logger="aioqueue.watchdog"):
+    with caplog.at_level(logging.WARNING, logger="aioqueue.worker.looplag"):
         await run_until_idle(app, loop_lag_warning=0.2)
     blocked = [r.getMessage() for r in caplog.records if "event loop blocked" in r.getMessage()]
     assert blocked, "the stall was not reported"

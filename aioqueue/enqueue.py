@@ -1,0 +1,84 @@
+"""What an enqueue call becomes: per-call options, kept apart from the task's arguments,
+and the checks and encoding that turn a call into a job for Redis (or raise, writing
+nothing)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from .errors import ConfigError, InvalidArguments
+from .priorities import DEFAULT_PRIORITY, resolve_priority
+from .store.payload import encode_payload
+from .store.records import NewJob
+from .task import Task
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobOptions:
+    """Per-call options. They never share a namespace with the task's own arguments."""
+
+    id: str | None = None
+    priority: int | str | None = None
+    delay: float | timedelta | None = None
+    at: datetime | None = None
+    timeout: float | None = None
+    max_attempts: int | None = None
+
+    def due_ms(self) -> int:
+        if self.at is None:
+            return 0
+        if self.at.tzinfo is None:
+            raise ConfigError("at= needs an aware datetime (with tzinfo), e.g. datetime.now(UTC)")
+        return int(self.at.timestamp() * 1000)
+
+    def delay_ms(self) -> int:
+        delay = self.delay.total_seconds() if isinstance(self.delay, timedelta) else self.delay
+        if delay is None:
+            return 0
+        if delay < 0:
+            raise ConfigError("delay must not be negative")
+        return int(delay * 1000)
+
+
+NO_OPTIONS = JobOptions()  # shared by every call that sets none (it is frozen)
+
+
+def prepare(
+    task: Task[..., Any] | str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    options: JobOptions,
+    *,
+    find_task: Callable[[str], Task[..., Any] | None],
+    max_payload_bytes: int,
+) -> NewJob:
+    """Check and encode one job; raise (writing nothing) on bad input. A task given by
+    name is checked too when this app knows it."""
+    known: Task[..., Any] | None
+    if isinstance(task, Task):
+        name, known = task.name, task
+    else:
+        name, known = task, find_task(task)
+    if known is not None:
+        try:
+            known.check_arguments(args, kwargs)
+        except TypeError as exc:
+            raise InvalidArguments(f"task {name!r} cannot take these arguments: {exc}") from exc
+    payload = encode_payload(name, args, kwargs, options.timeout, max_payload_bytes)
+    job_id = options.id or os.urandom(16).hex()
+    if not isinstance(job_id, str):
+        raise ConfigError(f"id must be a str, got {type(job_id).__name__}")
+    if options is NO_OPTIONS:  # most enqueues: the task's defaults, nothing to resolve
+        if known is None:
+            return NewJob(job_id, payload, DEFAULT_PRIORITY)
+        return NewJob(job_id, payload, known.priority, known.options.max_attempts)
+    default_priority = known.priority if known else DEFAULT_PRIORITY
+    priority = default_priority if options.priority is None else resolve_priority(options.priority)
+    max_attempts = options.max_attempts or (known.options.max_attempts if known else 0)
+    return NewJob(job_id, payload, priority, max_attempts, options.delay_ms(), options.due_ms())

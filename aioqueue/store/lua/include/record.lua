@@ -1,0 +1,14 @@
+-- record: a finished job record is kept `ttl_ms` (its status and result stay readable, and
+-- its id stays an idempotency key), then expires; a ttl of 0 deletes it at once.
+local function expire_record(key, ttl_ms)
+  if ttl_ms > 0 then
+    redis.call('PEXPIRE', key, ttl_ms)
+  else
+    redis.call('DEL', key)
+  end
+end
+
+-- The error field of a record, for an outcome decided inside Redis (no traceback).
+local function error_json(error_type, message)
+  return cjson.encode({type = error_type, message = message, traceback = ''})
+end

@@ -1,0 +1,28 @@
+--[[ promote: move due jobs from the schedule to their ready lists, in due order, with a
+notify token each, and say when the next one is due. A promoter calls this when it has no
+room to take what falls due (take.lua promotes and leases in one call otherwise); a burst
+worker calls it to learn whether anything is still to come. Any number of callers may
+promote at once: each due job is promoted exactly once. Entries that are not a scheduled
+job are handled as in take.lua.
+
+KEYS[1]      schedule    ZSET  job id -> due time (ms)
+KEYS[2]      notify      LIST  wake-up tokens, one per job promoted
+KEYS[3]      dead        ZSET  job id -> time buried (ms), for foreign entries
+KEYS[4]      seq         STRING counter for minted ids (poison entries)
+KEYS[5]      job_prefix        prefix of job records; carries the queue's hash tag
+KEYS[6..15]  ready       LIST  ready lists of priorities 0..9
+ARGV[1] limit   promote at most this many (bounds run time and unpack())
+
+Returns {now_us, promoted, next_due_ms}: the Redis clock in microseconds (so a promoter can
+sleep to the exact due time), how many were promoted, and the schedule's head after this
+call (-1 if empty).
+]]
+-- @include clock
+-- @include promote_due
+local schedule, notify, dead, seq, job_prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local limit = tonumber(ARGV[1])
+local now, now_us = redis_clock()
+
+local promoted = promote_due(schedule, notify, dead, seq, job_prefix, 6, now, limit)
+local head = redis.call('ZRANGE', schedule, 0, 0, 'WITHSCORES')
+return {now_us, promoted, tonumber(head[2] or -1)}

@@ -1,0 +1,55 @@
+--[[ reclaim: return jobs whose lease expired (their worker died or stalled) to the front
+of their ready list, or bury them once they have used all their attempts, so that a job
+that keeps killing its worker cannot loop forever. The attempt was counted at take time.
+A job whose abort was requested ends cancelled instead.
+
+KEYS[1]      active      ZSET  job id -> lease deadline (ms)
+KEYS[2]      dead        ZSET  job id -> time buried (ms)
+KEYS[3]      notify      LIST  wake-up tokens
+KEYS[4]      job_prefix        prefix of job records; carries the queue's hash tag
+KEYS[5..14]  ready       LIST  ready lists of priorities 0..9
+ARGV[1] limit                  max jobs per call
+ARGV[2] default_max_attempts   for jobs enqueued without their own maximum
+ARGV[3] result_ttl_ms          how long the record of a job whose abort was requested is kept
+
+Returns {requeued, buried}; buried counts the cancelled ones too.
+]]
+-- @include clock
+-- @include record
+-- @include ready
+local active, dead, notify, job_prefix, READY = KEYS[1], KEYS[2], KEYS[3], KEYS[4], 5
+local limit, default_max, result_ttl_ms = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local now = redis_clock()
+
+local expired = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, limit)
+local requeued, buried = 0, 0
+for i = 1, #expired do
+  local id = expired[i]
+  local key = job_prefix .. id
+  redis.call('ZREM', active, id)
+  local record = redis.call('HMGET', key, 's', 'n', 'm', 'pr', 'ab')
+  if record[1] == 'active' and record[5] then
+    redis.call('HDEL', key, 'w')
+    redis.call('HSET', key, 's', 'cancelled', 'ft', now,
+      'e', error_json('JobCancelled', 'aborted while running (its worker was lost)'))
+    expire_record(key, result_ttl_ms)
+    buried = buried + 1
+  elseif record[1] == 'active' then
+    local attempts = tonumber(record[2] or 0) or 0
+    local max = tonumber(record[3] or 0) or 0
+    if max <= 0 then max = default_max end
+    redis.call('HDEL', key, 'w')
+    if attempts >= max then
+      local message = 'lease expired ' .. attempts .. ' time(s): the worker died or stalled'
+      redis.call('HSET', key, 's', 'dead', 'ft', now, 'e', error_json('LeaseExpired', message))
+      redis.call('ZADD', dead, now, id)
+      buried = buried + 1
+    else
+      redis.call('HSET', key, 's', 'queued')
+      redis.call('LPUSH', ready_key(READY, record[4]), id)
+      redis.call('RPUSH', notify, 1)
+      requeued = requeued + 1
+    end
+  end
+end
+return {requeued, buried}

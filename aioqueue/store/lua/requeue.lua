@@ -1,0 +1,39 @@
+--[[ requeue: move dead jobs back to the end of their ready lists with a fresh attempt
+count. Poison entries (raw bytes that never were a job) stay dead: there is nothing to run.
+
+KEYS[1]      dead        ZSET  job id -> time buried (ms)
+KEYS[2]      notify      LIST  wake-up tokens
+KEYS[3]      job_prefix        prefix of job records; carries the queue's hash tag
+KEYS[4..13]  ready       LIST  ready lists of priorities 0..9
+ARGV[1] limit   max jobs per call, used when no ids are given (oldest first)
+ARGV[2..] ids   the dead jobs to requeue; none means the oldest `limit`
+
+Returns {requeued, skipped}.
+]]
+-- @include ready
+local dead, notify, job_prefix, READY = KEYS[1], KEYS[2], KEYS[3], 4
+local limit = tonumber(ARGV[1])
+
+local ids = {}
+if #ARGV > 1 then
+  for i = 2, #ARGV do ids[#ids + 1] = ARGV[i] end
+else
+  ids = redis.call('ZRANGE', dead, 0, limit - 1)
+end
+
+local requeued, skipped = 0, 0
+for i = 1, #ids do
+  local id = ids[i]
+  local key = job_prefix .. id
+  local record = redis.call('HMGET', key, 's', 'pr', 'raw')
+  if record[1] == 'dead' and not record[3] and redis.call('ZREM', dead, id) == 1 then
+    redis.call('HDEL', key, 'w', 'ft', 'st')
+    redis.call('HSET', key, 's', 'queued', 'n', 0)
+    redis.call('RPUSH', ready_key(READY, record[2]), id)
+    redis.call('RPUSH', notify, 1)
+    requeued = requeued + 1
+  else
+    skipped = skipped + 1
+  end
+end
+return {requeued, skipped}

@@ -1,0 +1,148 @@
+--[[ take: promote due jobs, then lease up to `limit` ready jobs to one worker, FIFO within
+a priority. Each taken job moves to the active ZSET in this same atomic step, so there is
+no instant at which a job exists only in a worker's memory.
+
+In four sections: (1) a resent call gets back what it took; (2) due jobs are promoted
+(promote_due, as promote.lua does; a worker's promoter calls take when a delayed job falls
+due, so the job is promoted and leased in one round trip); (3) jobs are leased by the
+caller's plan; (4) the lease records what it took, and the notify tokens of the entries
+popped are trimmed.
+
+The caller plans the order: it lists priority levels, each with a quota. A first pass takes
+up to each level's quota in that order; a second pass fills what is left in the same
+order. Strict priority is levels 9..0 with quotas of `limit`; a weighted plan (levels in
+a weighted-random order, quotas by weight) keeps low levels from starving.
+
+Entries that are not a queued job are handled here, never dropped silently: a cancelled
+job's stale entry is skipped (its record already says cancelled, and from now on expires
+like any finished record); an entry with no job record, or whose record is not a hash (in
+a ready list or the schedule), is buried in the dead set with its raw bytes kept, under a
+minted id "poison-<n>".
+
+KEYS[1]     active    ZSET  job id -> lease deadline (ms)
+KEYS[2]     notify    LIST  wake-up tokens; trimmed by the number of entries taken
+KEYS[3]     dead      ZSET  job id -> time buried (ms)
+KEYS[4]     seq       STRING counter for minted ids
+KEYS[5]     job_prefix        prefix of job records; carries the queue's hash tag
+KEYS[6..15] ready     LIST  ready lists of priorities 0..9
+KEYS[16]    schedule  ZSET  job id -> due time (ms)
+KEYS[17]    taken     LIST  ids this lease token took (expires with the lease): if the same
+                            call comes again (a client resend after a lost reply), it gets
+                            the same jobs back instead of stranding them and taking more.
+                            Last, so that the keys before it are the same for every call
+ARGV[1] lease     lease token, unique per call (worker id + call number)
+ARGV[2] lease_ms  lease length
+ARGV[3] limit     max jobs to take (bounds run time)
+ARGV[4] woken     1 if the caller's BLPOP just consumed a notify token, else 0: the tokens
+                  trimmed are one per entry popped, minus the one already consumed
+ARGV[5] result_ttl_ms  how long a skipped cancelled record is kept; 0 deletes it
+ARGV[6] promote   promote up to this many due jobs first (0: none; bounds run time)
+ARGV[7..] pairs   priority (0..9), quota: the plan (none needed when limit is 0). Unless it
+                  lists all ten levels, the notify tokens of the levels left out are kept.
+
+Returns {now_us, promoted, next_due_ms, id_1, payload_1, attempts_1, max_attempts_1, id_2,
+...}: now_us is the Redis clock in microseconds (so a promoter can sleep to the exact due
+time), next_due_ms the schedule's head after this call (-1 if empty, or if not promoting).
+]]
+-- @include clock
+-- @include record
+-- @include poison
+-- @include promote_due
+local active, notify, dead, seq, job_prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local READY, schedule, taken_key = 6, KEYS[16], KEYS[17]
+local lease, lease_ms, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local woken, result_ttl_ms = tonumber(ARGV[4]), tonumber(ARGV[5])
+local promote_limit = tonumber(ARGV[6])
+if limit > 0 and #ARGV < 8 then
+  return redis.error_reply('take: no priority plan given (ARGV[7..])')
+end
+local now, now_us = redis_clock()
+local out = {now_us, 0, -1}
+
+-- (1) A resent call (same lease token: the client retried after a lost reply) gets the
+-- jobs it took the first time that are still its own, and takes nothing more.
+local prior = redis.call('LRANGE', taken_key, 0, -1)
+if #prior > 0 then
+  for i = 1, #prior do
+    local record = redis.call('HMGET', job_prefix .. prior[i], 's', 'w', 'p', 'n', 'm')
+    if record[1] == 'active' and record[2] == lease then
+      out[#out + 1] = prior[i]
+      out[#out + 1] = record[3] or ''
+      out[#out + 1] = tonumber(record[4] or 0)
+      out[#out + 1] = tonumber(record[5] or 0)
+    end
+  end
+  return out
+end
+
+-- (2) Promote due jobs first, so the take below can lease them.
+if promote_limit > 0 then
+  out[2] = promote_due(schedule, notify, dead, seq, job_prefix, READY, now, promote_limit)
+  local head = redis.call('ZRANGE', schedule, 0, 0, 'WITHSCORES')
+  out[3] = tonumber(head[2] or -1)
+end
+
+-- (3) Lease by the plan: a first pass takes up to each level's quota, a second fills what
+-- is left of the limit in the same order.
+local deadline = now + lease_ms
+local taken, popped, taken_ids = 0, 0, {}
+
+local function take_one(id)
+  local key = job_prefix .. id
+  local record = redis.pcall('HMGET', key, 's', 'p', 'n', 'm')
+  if record.err then
+    bury_foreign(dead, seq, job_prefix, now, id, 'job record is not a hash')
+    return
+  end
+  local state = record[1]
+  if state == 'queued' then
+    local attempts = tonumber(record[3] or 0) + 1
+    redis.call('HSET', key, 's', 'active', 'w', lease, 'n', attempts, 'st', now)
+    redis.call('ZADD', active, deadline, id)
+    taken_ids[#taken_ids + 1] = id
+    out[#out + 1] = id
+    out[#out + 1] = record[2] or ''
+    out[#out + 1] = attempts
+    out[#out + 1] = tonumber(record[4] or 0)
+    taken = taken + 1
+  elseif not state then
+    bury_foreign(dead, seq, job_prefix, now, id, 'ready entry has no job record')
+  elseif state == 'cancelled' then -- its last ready entry: the record may expire now
+    expire_record(key, result_ttl_ms)
+  end
+  -- any other state (a duplicate entry of a queued or running job): already recorded
+end
+
+local function drain(priority, want)
+  local goal = math.min(limit, taken + want)
+  while taken < goal do
+    local ids = redis.call('LPOP', KEYS[READY + priority], goal - taken)
+    if not ids then return end
+    popped = popped + #ids
+    for i = 1, #ids do take_one(ids[i]) end
+  end
+end
+
+local partial = false -- any quota below the limit: a second pass may find more
+for i = 7, #ARGV, 2 do
+  local quota = tonumber(ARGV[i + 1])
+  if quota < limit then partial = true end
+  drain(tonumber(ARGV[i]), quota)
+end
+if partial then
+  for i = 7, #ARGV, 2 do drain(tonumber(ARGV[i]), limit) end
+end
+
+-- (4) Record what this lease took (for a resend), and trim the notify tokens: one per
+-- entry popped, less the one the caller's BLPOP consumed.
+if taken > 0 then
+  redis.call('RPUSH', taken_key, unpack(taken_ids))
+  redis.call('PEXPIRE', taken_key, lease_ms)
+end
+local every_level = (#ARGV - 6) / 2 >= 10
+if taken < limit and every_level then
+  redis.call('DEL', notify) -- every ready list is empty now
+elseif popped > woken then
+  redis.call('LTRIM', notify, popped - woken, -1)
+end
+return out

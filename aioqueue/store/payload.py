@@ -1,0 +1,114 @@
+"""What a job record stores as bytes: the payload (task name and JSON arguments), a
+result, an error.
+
+The payload is JSON (orjson), never pickle: a worker only ever runs registered handlers
+with decoded JSON values. ``v`` versions the data format, separately from the Lua code.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from ..errors import PayloadError, PayloadTooLarge, SerializationError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+WIRE_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Payload:
+    """What a job asks a worker to do: a task name and JSON arguments."""
+
+    task: str
+    args: Sequence[Any] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    timeout: float | None = None  # per-call override of the task's timeout
+
+    def encode(self, max_bytes: int) -> bytes:
+        """Encode for Redis; raise SerializationError or PayloadTooLarge, writing nothing."""
+        return encode_payload(self.task, self.args, self.kwargs, self.timeout, max_bytes)
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Payload:
+        """Decode a payload from Redis; raise PayloadError on anything unexpected."""
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise PayloadError(f"payload is not valid JSON: {exc}") from exc
+        if _LONG_NUMBER.search(raw):
+            _check_integers(raw)
+        if not isinstance(body, dict):
+            raise PayloadError("payload is not a JSON object")
+        task, args, kwargs = body.get("t"), body.get("a", []), body.get("k", {})
+        timeout = body.get("to")
+        if not isinstance(task, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
+            raise PayloadError("payload lacks a task name, an args list or a kwargs object")
+        if timeout is not None and not isinstance(timeout, int | float):
+            raise PayloadError("payload timeout is not a number")
+        return cls(task, args, kwargs, timeout)
+
+
+def encode_payload(
+    task: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    timeout: float | None,
+    max_bytes: int,
+) -> bytes:
+    """A Payload's bytes, without building the Payload (the enqueue path calls this)."""
+    body: dict[str, Any] = {
+        "v": WIRE_VERSION,
+        "t": task,
+        "a": args if type(args) in _JSON_ARRAYS else list(args),
+        "k": kwargs if type(kwargs) is dict else dict(kwargs),
+    }
+    if timeout is not None:
+        body["to"] = timeout
+    try:
+        raw = orjson.dumps(body)
+    except TypeError as exc:
+        raise SerializationError(
+            f"arguments of task {task!r} are not JSON-serializable: {exc}"
+        ) from exc
+    if len(raw) > max_bytes:
+        raise PayloadTooLarge(len(raw), max_bytes)
+    return raw
+
+
+_JSON_ARRAYS = (list, tuple)  # what orjson writes as arrays itself (a subclass is copied)
+
+# orjson reads an integer beyond 64 bits as a float, silently changing it. Such digits
+# are rare, so a cheap scan decides whether to re-read the payload strictly.
+_LONG_NUMBER = re.compile(rb"\d{20,}")
+_INT_RANGE = range(-(2**63), 2**64)
+
+
+def _check_integers(raw: bytes) -> None:
+    def strict_int(text: str) -> int:
+        value = int(text)
+        if value not in _INT_RANGE:
+            raise PayloadError(f"payload holds an integer beyond 64 bits: {text[:40]}")
+        return value
+
+    json.loads(raw, parse_int=strict_int)
+
+
+def encode_result(value: object) -> bytes:
+    """Encode a handler's return value; raise SerializationError if JSON cannot hold it."""
+    try:
+        return orjson.dumps(value)
+    except TypeError as exc:
+        raise SerializationError(f"result is not JSON-serializable: {exc}") from exc
+
+
+def encode_error(error_type: str, message: str, traceback: str) -> bytes:
+    """The error field of a record: what ``ErrorInfo.decode`` reads back."""
+    return orjson.dumps({"type": error_type, "message": message, "traceback": traceback})

@@ -1,0 +1,71 @@
+"""Typed reads of a queue's state: job records, counts and listings.
+
+redis-py types its replies loosely (a command may return an awaitable or a value, of
+``Any``); each read here says what Redis sends back, in one place, so nothing above the
+Redis layer handles an untyped reply. Replies stay bytes: ids and payloads need not be
+UTF-8.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+from .records import Field, JobInfo, JobStatus, QueueCounts, ScheduledJob
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+    from .keys import QueueKeys
+
+
+async def job_info(redis: Redis, keys: QueueKeys, job_id: str) -> JobInfo | None:
+    """The job's record, or None if there is none (never enqueued, or expired)."""
+    record = cast("dict[bytes, bytes]", await redis.hgetall(keys.job(job_id)))
+    if Field.STATE not in record:
+        return None
+    return JobInfo.from_record(job_id, keys.name, record)
+
+
+async def job_status(redis: Redis, keys: QueueKeys, job_id: str) -> JobStatus | None:
+    """The job's status (one small field), or None if there is no record."""
+    raw = cast("bytes | None", await redis.hget(keys.job(job_id), Field.STATE.decode()))
+    return JobStatus(raw.decode()) if raw else None
+
+
+async def scheduled(
+    redis: Redis, keys: QueueKeys, *, limit: int, offset: int
+) -> list[ScheduledJob]:
+    """Scheduled jobs in due order (O(log n + limit))."""
+    entries = cast(
+        "list[tuple[bytes, float]]",
+        await redis.zrange(keys.schedule, offset, offset + limit - 1, withscores=True),
+    )
+    return [ScheduledJob(raw.decode("utf-8", "replace"), int(due)) for raw, due in entries]
+
+
+async def counts(redis: Redis, keys: QueueKeys) -> QueueCounts:
+    """Ready, scheduled, active and dead jobs (one round trip)."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for key in keys.ready_lists():
+            pipe.llen(key)
+        pipe.zcard(keys.schedule)
+        pipe.zcard(keys.active)
+        pipe.zcard(keys.dead)
+        replies = await pipe.execute()
+    *ready, scheduled, active, dead = (int(n) for n in replies)
+    return QueueCounts(sum(ready), scheduled, active, dead)
+
+
+async def dead_jobs(redis: Redis, keys: QueueKeys, *, limit: int, offset: int) -> list[JobInfo]:
+    """Dead jobs, oldest first, with their records (two round trips)."""
+    raw_ids = cast("list[bytes]", await redis.zrange(keys.dead, offset, offset + limit - 1))
+    ids = [raw.decode("utf-8", "replace") for raw in raw_ids]
+    async with redis.pipeline(transaction=False) as pipe:  # one round trip for all
+        for job_id in ids:
+            pipe.hgetall(keys.job(job_id))
+        records = cast("list[dict[bytes, bytes]]", await pipe.execute())
+    return [
+        JobInfo.from_record(job_id, keys.name, record)
+        for job_id, record in zip(ids, records, strict=True)
+        if Field.STATE in record
+    ]

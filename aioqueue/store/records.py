@@ -1,0 +1,262 @@
+"""The job record and the values the scripts take and return, as typed Python values.
+
+Pure: no I/O and no Redis client, so the producer side and the worker's runner use these
+types without importing the Redis layer; ``scripts`` turns redis-py's replies into them.
+
+Job record fields (``job:<id>`` HASH; short, because every queued job carries them):
+  p  payload (JSON)      s  state (JobStatus)    n  attempts started   m  max attempts
+  pr priority (0..9)     w  lease owner (token)  et enqueued at (ms)   st started at (ms)
+  ft finished at (ms)    r  result (JSON)        e  error (JSON)       raw foreign bytes
+  ab abort requested (1)
+Times are epoch milliseconds by the Redis clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+
+import orjson
+
+from ..errors import PayloadError
+from .payload import Payload
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+
+class Field:
+    """Names of the job record's fields (the Lua scripts spell them the same way)."""
+
+    PAYLOAD = b"p"
+    STATE = b"s"
+    ATTEMPTS = b"n"
+    MAX_ATTEMPTS = b"m"
+    PRIORITY = b"pr"
+    OWNER = b"w"
+    ENQUEUED_AT = b"et"
+    STARTED_AT = b"st"
+    FINISHED_AT = b"ft"
+    RESULT = b"r"
+    ERROR = b"e"
+    RAW = b"raw"
+    ABORT = b"ab"
+
+
+class JobStatus(StrEnum):
+    """Where a job is in its life."""
+
+    QUEUED = "queued"
+    SCHEDULED = "scheduled"
+    ACTIVE = "active"
+    COMPLETE = "complete"
+    FAILED = "failed"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in _FINISHED
+
+
+_FINISHED = frozenset({JobStatus.COMPLETE, JobStatus.FAILED, JobStatus.DEAD, JobStatus.CANCELLED})
+
+
+# -- reading records back ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    """The error a job's last failed attempt recorded."""
+
+    type: str
+    message: str
+    traceback: str
+
+    @classmethod
+    def decode(cls, raw: bytes) -> ErrorInfo:
+        try:
+            body = orjson.loads(raw)
+            return cls(str(body["type"]), str(body["message"]), str(body.get("traceback", "")))
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return cls("Unknown", raw.decode("utf-8", "replace"), "")
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """A snapshot of one job record, for inspection (status pages, the dead-letter CLI)."""
+
+    id: str
+    queue: str
+    status: JobStatus
+    task: str | None
+    args: Sequence[Any]
+    kwargs: Mapping[str, Any]
+    attempts: int
+    max_attempts: int
+    priority: int
+    enqueued_at_ms: int | None
+    started_at_ms: int | None
+    finished_at_ms: int | None
+    error: ErrorInfo | None
+    raw: bytes | None  # the undecodable bytes, for poison entries and bad payloads
+    result_raw: bytes | None
+
+    @classmethod
+    def from_record(cls, job_id: str, queue: str, record: Mapping[bytes, bytes]) -> JobInfo:
+        raw_payload = record.get(Field.PAYLOAD, b"")
+        try:
+            payload: Payload | None = Payload.decode(raw_payload)
+        except PayloadError:
+            payload = None
+        error = record.get(Field.ERROR)
+        return cls(
+            id=job_id,
+            queue=queue,
+            status=JobStatus(record[Field.STATE].decode()),
+            task=payload.task if payload else None,
+            args=payload.args if payload else (),
+            kwargs=payload.kwargs if payload else {},
+            attempts=_int(record.get(Field.ATTEMPTS)) or 0,
+            max_attempts=_int(record.get(Field.MAX_ATTEMPTS)) or 0,
+            priority=_int(record.get(Field.PRIORITY)) or 0,
+            enqueued_at_ms=_int(record.get(Field.ENQUEUED_AT)),
+            started_at_ms=_int(record.get(Field.STARTED_AT)),
+            finished_at_ms=_int(record.get(Field.FINISHED_AT)),
+            error=ErrorInfo.decode(error) if error else None,
+            raw=record.get(Field.RAW) or (raw_payload if payload is None else None),
+            result_raw=record.get(Field.RESULT),
+        )
+
+    def result(self) -> Any:
+        """The decoded return value of a complete job (None before it completes)."""
+        return orjson.loads(self.result_raw) if self.result_raw is not None else None
+
+
+def _int(raw: bytes | None) -> int | None:
+    return int(float(raw)) if raw else None
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledJob:
+    """A delayed job: its id and when it is due."""
+
+    id: str
+    due_ms: int  # epoch ms, Redis clock
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCounts:
+    """How many jobs of a queue are in each place."""
+
+    ready: int
+    scheduled: int
+    active: int
+    dead: int
+
+
+# -- what the scripts take and return --------------------------------------------------
+
+
+class NewJob(NamedTuple):
+    """One job for the enqueue script (a tuple: built once per enqueue, so cheap to make)."""
+
+    id: str
+    payload: bytes
+    priority: int
+    max_attempts: int = 0
+    delay_ms: int = 0
+    due_ms: int = 0
+
+
+class Enqueued(NamedTuple):
+    """What enqueue did with one job: written (created), or found existing in ``state``."""
+
+    created: bool
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """One job leased to a worker by a take call."""
+
+    id: bytes
+    payload: bytes
+    attempts: int
+    max_attempts: int
+    lease: str
+
+    @property
+    def job_id(self) -> str:
+        """The id as text, for logs and handles (ids need not be UTF-8 in Redis)."""
+        return self.id.decode("utf-8", "backslashreplace")
+
+
+@dataclass(frozen=True, slots=True)
+class Promoted:
+    """What a promotion did, and when the next delayed job is due (both by Redis's clock)."""
+
+    count: int
+    next_due_ms: int | None
+    now_us: int  # Redis clock, microseconds
+
+    @property
+    def now_ms(self) -> int:
+        return self.now_us // 1000
+
+    def seconds_until_next(self) -> float | None:
+        """Exact time to sleep until the next due job, by the Redis clock."""
+        if self.next_due_ms is None:
+            return None
+        return (self.next_due_ms * 1000 - self.now_us) / 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class TakeResult:
+    """The jobs one take call leased, and what it promoted first (nothing unless asked)."""
+
+    jobs: list[Taken]
+    promoted: Promoted
+
+    @property
+    def now_ms(self) -> int:
+        """The Redis clock when the call ran."""
+        return self.promoted.now_ms
+
+
+Outcome = Literal["complete", "retry", "bury", "fail", "abort", "release"]
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """How one attempt ended, as the ack script records it."""
+
+    id: bytes
+    lease: str
+    outcome: Outcome
+    data: bytes = b""  # the result (complete) or the error (the others) as JSON
+    delay_ms: int = 0  # retry: run again after this long
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaimed:
+    requeued: int
+    buried: int
+
+
+@dataclass(frozen=True, slots=True)
+class Extended:
+    lost: list[bytes]  # leases no longer held
+    aborted: list[bytes]  # held, but an abort was requested
+
+
+@dataclass(frozen=True, slots=True)
+class Requeued:
+    requeued: int
+    skipped: int
+
+
+CancelCode = Literal["cancelled", "aborting", "not_found", "too_late"]
+RescheduleCode = Literal["rescheduled", "not_scheduled", "not_found"]
+AckCode = Literal["settled", "lease_lost"]

@@ -1,0 +1,359 @@
+"""One typed async function per Lua script in ``store/lua`` (``take.lua`` ↔ ``take()``).
+
+This is the only module that knows a script's KEYS and ARGV order and what its reply
+means: redis-py's ints and bytes become the typed values of ``records``, and every code a
+script returns is read through the one table ``CODES``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, cast
+
+import orjson
+
+from ..priorities import strict_plan
+from . import wire
+from .loader import Arg, Script
+from .records import (
+    AckCode,
+    CancelCode,
+    Enqueued,
+    Extended,
+    NewJob,
+    Promoted,
+    Reclaimed,
+    Requeued,
+    RescheduleCode,
+    Settlement,
+    Taken,
+    TakeResult,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from redis.asyncio import Redis
+    from redis.asyncio.connection import AbstractConnection
+
+    from .keys import QueueKeys
+
+_ENQUEUE = Script("enqueue")
+_TAKE = Script("take")
+_PROMOTE = Script("promote")
+_ACK = Script("ack")
+_RECLAIM = Script("reclaim")
+_EXTEND = Script("extend")
+_CANCEL = Script("cancel")
+_REQUEUE = Script("requeue")
+_PURGE = Script("purge")
+_RESCHEDULE = Script("reschedule")
+_TRIM_DEAD = Script("trim_dead")
+
+ALL_SCRIPTS = (
+    _ENQUEUE, _TAKE, _PROMOTE, _ACK, _RECLAIM, _EXTEND, _CANCEL, _REQUEUE, _PURGE,
+    _RESCHEDULE, _TRIM_DEAD,
+)  # fmt: skip
+
+
+async def load_all(redis: Redis) -> None:
+    """Load every script up front, so the hot path never meets NOSCRIPT."""
+    for script in ALL_SCRIPTS:
+        await redis.script_load(script.source)
+
+
+CODES: dict[str, dict[int, str]] = {
+    "ack": {1: "settled", -2: "lease_lost"},
+    "cancel": {1: "cancelled", 2: "aborting", 0: "too_late", -1: "not_found"},
+    "reschedule": {1: "rescheduled", 0: "not_scheduled", -1: "not_found"},
+}
+"""What each script's return code means (its Lua header says the same)."""
+
+
+def _meaning(script: str, code: Any) -> str:
+    return CODES[script][int(code)]
+
+
+# -- enqueue -------------------------------------------------------------------------
+
+
+MAX_ENQUEUE_BATCH = 1000  # jobs per script call: bounds its run time and unpack()
+
+
+def _enqueue_call(keys: QueueKeys, jobs: Sequence[NewJob]) -> tuple[list[str], list[Arg]]:
+    """KEYS and ARGV of one enqueue call: only the ready lists its jobs use are declared."""
+    priorities = sorted({job.priority for job in jobs})
+    script_keys = [
+        keys.notify, keys.schedule, keys.schedule_wake, keys.ticks, keys.job_prefix,
+        *(keys.ready(priority) for priority in priorities),
+    ]  # fmt: skip
+    args: list[Arg] = [len(jobs), ",".join(map(str, priorities))]
+    for job in jobs:
+        args += (job.id, job.payload, job.priority, job.max_attempts, job.delay_ms, job.due_ms)
+    return script_keys, args
+
+
+_STATES = {state.encode(): state for state in ("queued", "scheduled", "tick-done")}
+
+
+def _enqueued(reply: Sequence[Any]) -> list[Enqueued]:
+    states = _STATES
+    return [
+        Enqueued(bool(reply[i]), states.get(reply[i + 1]) or _text(reply[i + 1]))
+        for i in range(0, len(reply), 2)
+    ]
+
+
+@lru_cache(maxsize=256)
+def _enqueue_head(keys: QueueKeys, priorities: tuple[int, ...]) -> tuple[int, bytes, bytes]:
+    """The argument count without the jobs; RESP of EVALSHA, sha and KEYS; of ARGV[2]."""
+    script_keys, args = _enqueue_call(keys, [NewJob("", b"", p) for p in priorities])
+    head = [b"EVALSHA", _ENQUEUE.sha.encode(), b"%d" % len(script_keys)]
+    head += (key.encode() for key in script_keys)
+    return len(head) + 2, wire.bulk(*head), wire.bulk(str(args[1]).encode())
+
+
+def _pack_enqueue(keys: QueueKeys, jobs: Sequence[NewJob]) -> bytes:
+    """One enqueue script call, packed: the same KEYS and ARGV as ``_enqueue_call``."""
+    priority = jobs[0].priority
+    if all(job.priority == priority for job in jobs):
+        priorities: tuple[int, ...] = (priority,)
+    else:
+        priorities = tuple(sorted({job.priority for job in jobs}))
+    argc, head, tail = _enqueue_head(keys, priorities)
+    return b"".join((
+        wire.array(argc + wire.JOB_ARGS * len(jobs)), head, wire.numbers(len(jobs)), tail,
+        wire.jobs(jobs),
+    ))  # fmt: skip
+
+
+async def enqueue_many(
+    connection: AbstractConnection,
+    keys: QueueKeys,
+    jobs: Sequence[NewJob],
+    *,
+    chunk: int = MAX_ENQUEUE_BATCH,
+    on_chunk: Callable[[int, list[Enqueued]], None] | None = None,
+) -> list[Enqueued]:
+    """Write jobs over one connection, in script calls of up to ``chunk`` jobs, all sent in
+    one write (one round trip). ``on_chunk(start, results)`` hears each call's results as
+    its reply arrives, while Redis still runs the later calls. A resend after a dropped
+    connection is safe: the script skips ids that have a record (so a resent chunk may be
+    heard twice)."""
+    chunk = min(chunk, MAX_ENQUEUE_BATCH)
+    starts = range(0, len(jobs), chunk)
+    commands = [_pack_enqueue(keys, jobs[start : start + chunk]) for start in starts]
+
+    parsed: list[list[Enqueued]] = [[] for _ in commands]
+
+    def on_reply(index: int, reply: Any) -> None:  # each reply is decoded once, on arrival
+        parsed[index] = _enqueued(reply)
+        if on_chunk is not None:
+            on_chunk(starts[index], parsed[index])
+
+    await wire.send(connection, _ENQUEUE, commands, on_reply)
+    return [item for results in parsed for item in results]
+
+
+async def enqueue(
+    redis: Redis,
+    keys: QueueKeys,
+    *,
+    job_id: str,
+    payload: bytes,
+    priority: int,
+    max_attempts: int,
+    delay_ms: int,
+    due_ms: int,
+    tick: tuple[str, int] | None = None,
+) -> Enqueued:
+    """Write one job; with ``tick`` (spec name, tick ms), only if that tick is new."""
+    script_keys, args = _enqueue_call(
+        keys, [NewJob(job_id, payload, priority, max_attempts, delay_ms, due_ms)]
+    )
+    if tick is not None:
+        args += tick
+    return _enqueued(await _ENQUEUE(redis, script_keys, args))[0]
+
+
+# -- take, promote, ack --------------------------------------------------------------
+
+
+_TAKE_KEYS = 17  # as take.lua lists them
+_TAKE_ARGC = 3 + _TAKE_KEYS + 6  # EVALSHA sha numkeys, KEYS, ARGV before the plan's pairs
+
+
+@lru_cache(maxsize=256)
+def _take_head(keys: QueueKeys) -> bytes:
+    """RESP of EVALSHA, the take script's sha, its key count and its keys but the last
+    (the lease's own ``taken`` list): the same for every take of the queue."""
+    script_keys = [
+        keys.active, keys.notify, keys.dead, keys.seq, keys.job_prefix, *keys.ready_lists(),
+        keys.schedule,
+    ]  # fmt: skip
+    count = b"%d" % _TAKE_KEYS
+    return wire.bulk(b"EVALSHA", _TAKE.sha.encode(), count, *(key.encode() for key in script_keys))
+
+
+def _pack_take(
+    keys: QueueKeys, lease: str, numbers: Sequence[int], pairs: Sequence[tuple[int, int]]
+) -> bytes:
+    """One take call, packed: KEYS as in take.lua, then ARGV: the lease, ``numbers``
+    (lease_ms, limit, woken, result_ttl_ms, promote) and the plan's (priority, quota) pairs."""
+    return b"".join((
+        wire.array(_TAKE_ARGC + 2 * len(pairs)), _take_head(keys),
+        wire.bulk(keys.taken(lease).encode(), lease.encode()), wire.numbers(*numbers),
+        *(wire.numbers(priority, quota) for priority, quota in pairs),
+    ))  # fmt: skip
+
+
+async def take(
+    redis: Redis,
+    keys: QueueKeys,
+    *,
+    lease: str,
+    lease_ms: int,
+    limit: int,
+    result_ttl_ms: int = 24 * 3600 * 1000,
+    plan: Sequence[tuple[int, int]] | None = None,
+    woken: bool = False,
+    promote: int = 0,
+) -> TakeResult:
+    """Promote up to ``promote`` due jobs, then lease up to ``limit`` jobs, visiting
+    priority levels by ``plan`` (default: strict, 9 to 0). Sent on a connection of the
+    client's pool, packed by hand (redis-py would spend ~20 µs packing it)."""
+    pairs = (plan or strict_plan(limit)) if limit else ()
+    command = _pack_take(keys, lease, (lease_ms, limit, int(woken), result_ttl_ms, promote), pairs)
+    pool = redis.connection_pool
+    connection = await wire.checkout(pool)
+    try:
+        [reply] = await wire.send(connection, _TAKE, [command])
+    finally:
+        await pool.release(connection)
+    jobs = [
+        Taken(reply[i], reply[i + 1], int(reply[i + 2]), int(reply[i + 3]), lease)
+        for i in range(3, len(reply), 4)
+    ]
+    return TakeResult(jobs, _promoted(reply))
+
+
+def _promoted(reply: Sequence[Any]) -> Promoted:
+    """The {now_us, promoted, next_due_ms} that take.lua and promote.lua reply with first."""
+    next_due = int(reply[2])
+    return Promoted(int(reply[1]), None if next_due < 0 else next_due, int(reply[0]))
+
+
+async def promote(redis: Redis, keys: QueueKeys, *, limit: int) -> Promoted:
+    """Move up to ``limit`` due jobs from the schedule to their ready lists."""
+    reply = await _PROMOTE(
+        redis,
+        [keys.schedule, keys.notify, keys.dead, keys.seq, keys.job_prefix, *keys.ready_lists()],
+        [limit],
+    )
+    return _promoted(reply)
+
+
+async def ack(
+    redis: Redis,
+    keys: QueueKeys,
+    settlements: Sequence[Settlement],
+    *,
+    result_ttl_ms: int,
+) -> list[bool]:
+    """Settle a batch; True per job settled, False where the lease was lost."""
+    try:
+        batch = orjson.dumps(
+            [(s.id.decode(), s.lease, s.outcome, s.data.decode(), s.delay_ms) for s in settlements]
+        )
+        args: list[Arg] = [result_ttl_ms, "json", batch]
+    except UnicodeDecodeError:  # an id that is not UTF-8 (a third party's): one field each
+        args = [result_ttl_ms, "args"]
+        for s in settlements:
+            args += (s.id, s.lease, s.outcome, s.data, s.delay_ms)
+    codes = await _ACK(
+        redis,
+        [
+            keys.active, keys.schedule, keys.dead, keys.notify, keys.schedule_wake,
+            keys.job_prefix, *keys.ready_lists(),
+        ],
+        args,
+    )  # fmt: skip
+    return [cast("AckCode", _meaning("ack", code)) == "settled" for code in codes]
+
+
+# -- time: reclaim, extend -----------------------------------------------------------
+
+
+async def reclaim(
+    redis: Redis,
+    keys: QueueKeys,
+    *,
+    limit: int,
+    default_max_attempts: int,
+    result_ttl_ms: int = 24 * 3600 * 1000,
+) -> Reclaimed:
+    """Return jobs whose lease expired to ready (or bury them past their attempts)."""
+    requeued, buried = await _RECLAIM(
+        redis,
+        [keys.active, keys.dead, keys.notify, keys.job_prefix, *keys.ready_lists()],
+        [limit, default_max_attempts, result_ttl_ms],
+    )
+    return Reclaimed(int(requeued), int(buried))
+
+
+async def extend(
+    redis: Redis, keys: QueueKeys, leases: Sequence[tuple[bytes, str]], *, lease_ms: int
+) -> Extended:
+    """Renew leases; report the ones no longer held and the ones to abort."""
+    args: list[Arg] = [lease_ms]
+    for job_id, lease in leases:
+        args += (job_id, lease)
+    lost, aborted = await _EXTEND(redis, [keys.active, keys.job_prefix], args)
+    return Extended(list(lost), list(aborted))
+
+
+# -- admin: cancel, reschedule, requeue, purge, trim ----------------------------------
+
+
+async def cancel(
+    redis: Redis, keys: QueueKeys, job_id: str, *, result_ttl_ms: int
+) -> tuple[CancelCode, str]:
+    """Cancel a queued or scheduled job, or ask for a running job's abort."""
+    code, state = await _CANCEL(
+        redis, [keys.job(job_id), keys.schedule], [job_id, result_ttl_ms, keys.abort_channel]
+    )
+    return cast("CancelCode", _meaning("cancel", code)), _text(state)
+
+
+async def reschedule(
+    redis: Redis, keys: QueueKeys, job_id: str, *, delay_ms: int, due_ms: int
+) -> tuple[RescheduleCode, str]:
+    """Move a scheduled job to a new due time."""
+    code, state = await _RESCHEDULE(
+        redis, [keys.job(job_id), keys.schedule, keys.schedule_wake], [job_id, delay_ms, due_ms]
+    )
+    return cast("RescheduleCode", _meaning("reschedule", code)), _text(state)
+
+
+async def requeue(redis: Redis, keys: QueueKeys, job_ids: Sequence[str], *, limit: int) -> Requeued:
+    """Move dead jobs (these, or the oldest ``limit``) back to ready."""
+    requeued, skipped = await _REQUEUE(
+        redis, [keys.dead, keys.notify, keys.job_prefix, *keys.ready_lists()], [limit, *job_ids]
+    )
+    return Requeued(int(requeued), int(skipped))
+
+
+async def trim_dead(
+    redis: Redis, keys: QueueKeys, *, max_jobs: int, max_age_ms: int, limit: int
+) -> int:
+    """Delete the oldest dead jobs beyond ``max_jobs`` or older than ``max_age_ms``."""
+    return int(await _TRIM_DEAD(redis, [keys.dead, keys.job_prefix], [max_jobs, max_age_ms, limit]))
+
+
+async def purge(redis: Redis, keys: QueueKeys, job_ids: Sequence[str], *, limit: int) -> int:
+    """Delete dead jobs (these, or the oldest ``limit``) and their records."""
+    return int(await _PURGE(redis, [keys.dead, keys.job_prefix], [limit, *job_ids]))
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw

@@ -1,0 +1,72 @@
+"""Abort requests for running jobs, heard on each queue's pub/sub channel.
+
+``cancel`` on a running job marks its record and publishes its id; the worker running it
+cancels the job's asyncio task as soon as the message arrives. A worker that misses the
+message (it was reconnecting) sees the mark at its next lease renewal instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+
+from .loops import RETRY_PAUSE, Component, wait_event
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine, Sequence
+
+    from redis.asyncio import Redis
+
+    from ..store.keys import QueueKeys
+
+logger = logging.getLogger(__name__)
+
+
+class AbortListener(Component):
+    """Subscribes to the abort channels of a worker's queues and reports job ids heard."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        queues: Sequence[QueueKeys],
+        on_abort: Callable[[bytes], None],
+        *,
+        worker_id: str,
+        poll: float,
+    ) -> None:
+        super().__init__()
+        self._redis, self._on_abort, self._poll = redis, on_abort, poll
+        self._channels = [keys.abort_channel for keys in queues]
+        self._wake_channel = queues[0].abort_wake(worker_id)  # a message here ends a wait
+
+    def loops(self) -> list[Coroutine[Any, Any, None]]:
+        return [self._run()]
+
+    async def unblock(self) -> None:
+        """End the wait for a message now (one on this listener's own wake channel)."""
+        try:
+            await self._redis.publish(self._wake_channel, b"stop")
+        except RedisError as exc:  # it then returns at its poll timeout
+            logger.warning("could not wake the abort listener: %r", exc)
+
+    async def _run(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                await self._listen()
+            except RedisError as exc:  # resubscribe; the lease renewal covers the gap
+                logger.warning("abort channel lost: %r", exc)
+                await wait_event(self.stopping, RETRY_PAUSE)
+
+    async def _listen(self) -> None:
+        pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+        try:
+            await pubsub.subscribe(*self._channels, self._wake_channel)
+            wake = self._wake_channel.encode()
+            while not self.stopping.is_set():
+                message = await pubsub.get_message(timeout=self._poll)
+                if message is not None and message.get("channel") != wake:
+                    self._on_abort(bytes(message["data"]))
+        finally:
+            await pubsub.aclose()  # type: ignore[no-untyped-call]

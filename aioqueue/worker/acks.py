@@ -1,0 +1,126 @@
+"""The jobs a worker holds in one queue, from take until their ack lands in Redis.
+
+A job is *held* from the take call that leased it until the ack of its settlement lands:
+the lease keeper renews what is held, and nothing else may forget a job. Settlements are
+batched: one ack script call for everything that finished while the previous call was in
+flight, so an idle worker acks at once and a busy one acks hundreds of jobs per round trip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+
+from ..errors import LeaseLost
+from ..store import scripts
+from .loops import RETRY_PAUSE, Component
+
+if TYPE_CHECKING:
+    from collections.abc import Coroutine, Sequence
+
+    from redis.asyncio import Redis
+
+    from ..store.keys import QueueKeys
+    from ..store.records import Settlement, Taken
+
+logger = logging.getLogger(__name__)
+
+MAX_ACK_BATCH = 500  # bounds one ack script's run time inside Redis
+GIVE_UP_AFTER = 30.0  # at shutdown, stop retrying acks after this long without Redis
+
+
+class AckBatcher(Component):
+    """Holds one queue's leased jobs and settles them in batches."""
+
+    def __init__(self, redis: Redis, keys: QueueKeys, *, result_ttl_ms: int) -> None:
+        super().__init__()
+        self.redis, self.keys, self._result_ttl_ms = redis, keys, result_ttl_ms
+        self.held: dict[bytes, Taken] = {}  # leased to this worker until the ack lands
+        self.unsettled = 0  # held and not yet settled: running, or waiting for a slot
+        self.landed = 0  # ack calls that landed so far
+        self.landing = asyncio.Event()  # set when an ack call lands (and at stop)
+        self._pending: list[Settlement] = []
+        self._wake = asyncio.Event()
+        self._in_flight = False
+        self._give_up_at = 0.0
+
+    @property
+    def idle(self) -> bool:
+        """Nothing held unsettled, nothing waiting to be acked, no ack in flight."""
+        return not self.unsettled and not self._pending and not self._in_flight
+
+    def hold(self, job: Taken) -> None:
+        """A take call leased ``job`` to this worker."""
+        self.held[job.id] = job
+        self.unsettled += 1
+
+    def settle(self, settlement: Settlement) -> None:
+        """A held job ended (ran, or was handed back): queue its ack."""
+        self.unsettled -= 1
+        self._pending.append(settlement)
+        self._wake.set()
+
+    def loops(self) -> list[Coroutine[Any, Any, None]]:
+        return [self._run()]
+
+    def stop(self) -> None:
+        """Ack what is pending, then end.
+
+        If Redis stays unreachable, give up after GIVE_UP_AFTER seconds: those jobs stay
+        active in Redis and come back when their leases expire, so none is lost.
+        """
+        super().stop()
+        self._give_up_at = asyncio.get_running_loop().time() + GIVE_UP_AFTER
+        self._wake.set()
+        self.landing.set()
+
+    async def _run(self) -> None:
+        while self._pending or not self.stopping.is_set():
+            if not self._pending:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            batch = self._pending[:MAX_ACK_BATCH]
+            del self._pending[:MAX_ACK_BATCH]
+            if not await self._send(batch) and await self._gave_up():
+                return
+
+    async def _send(self, batch: list[Settlement]) -> bool:
+        """One ack call; False (the batch kept for the next try) if Redis failed."""
+        self._in_flight = True
+        try:
+            settled = await scripts.ack(
+                self.redis, self.keys, batch, result_ttl_ms=self._result_ttl_ms
+            )
+        except RedisError as exc:  # keep them: the guarantee needs every ack to land
+            logger.warning("acking %d job(s) of %s failed: %r", len(batch), self.keys.name, exc)
+            self._pending[:0] = batch
+            return False
+        finally:
+            self._in_flight = False
+        self._landed(batch, settled)
+        return True
+
+    def _landed(self, batch: Sequence[Settlement], settled: Sequence[bool]) -> None:
+        for settlement, ok in zip(batch, settled, strict=True):
+            self.held.pop(settlement.id, None)
+            if not ok:
+                job_id = settlement.id.decode("utf-8", "backslashreplace")
+                logger.warning("%s", LeaseLost(job_id, self.keys.name, settlement.outcome))
+        self.landed += 1
+        self.landing.set()
+
+    async def _gave_up(self) -> bool:
+        """After a failed ack: pause before the next try; True when stopping has waited
+        long enough for Redis to come back."""
+        if self.stopping.is_set() and asyncio.get_running_loop().time() > self._give_up_at:
+            logger.error(
+                "giving up acking %d job(s) of %s; they return when their leases expire",
+                len(self._pending), self.keys.name,
+            )  # fmt: skip
+            return True
+        await asyncio.sleep(RETRY_PAUSE)
+        return False

@@ -1,0 +1,218 @@
+"""Taking the jobs of one queue into the worker's free slots.
+
+A QueueConsumer's fetch loop takes up to the free slots (plus the lookahead, see
+``slots``) in a few concurrent script calls; when nothing is ready, it blocks in BLPOP on
+the queue's notify list (and its own wake-up list) until a job arrives. Each taken job is
+held by the queue's ack batcher and admitted to the in-flight jobs, which run and settle
+it; the consumer never sees it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+
+from ..priorities import planner
+from ..store import scripts
+from .loops import RETRY_PAUSE, WAKE_TOKEN_TTL_MS, Component, wait_event, wait_first
+
+if TYPE_CHECKING:
+    from collections.abc import Coroutine
+
+    from redis.asyncio import Redis
+
+    from ..settings import WorkerSettings
+    from ..store.records import Promoted, TakeResult
+    from .acks import AckBatcher
+    from .inflight import InFlight
+
+logger = logging.getLogger(__name__)
+
+MAX_TAKE = 1000  # jobs per take call: bounds its run time inside Redis
+TAKES_IN_FLIGHT = 4  # take calls out at once: the next jobs come while the current run
+MIN_TAKE_CHUNK = 16  # with a take out, wait for this much room: smaller calls cost more
+
+
+class QueueConsumer(Component):
+    """Takes jobs of one queue into the worker's free slots."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        acks: AckBatcher,
+        inflight: InFlight,
+        *,
+        settings: WorkerSettings,
+        result_ttl_ms: int,
+        worker_id: str,
+    ) -> None:
+        super().__init__()
+        self.redis, self.keys, self.settings = redis, acks.keys, settings
+        self._acks, self._inflight, self._slots = acks, inflight, inflight.slots
+        self._worker_id = worker_id
+        self._wake_key = self.keys.wake(worker_id)
+        self._result_ttl_ms = result_ttl_ms
+        self._take_calls = 0
+        self._dry_since: int | None = None  # a take came back short (acks landed at its send)
+        self._failed = False  # a take failed: pause before the next
+        self._takes_out = 0  # take calls in flight
+        # One take at a time until one comes back full: a worker woken for one job sends
+        # one call, not TAKES_IN_FLIGHT (the extra calls would only delay that job).
+        self._probing = True
+        self._plan = planner(settings.priority_mode, settings.priority_weights)
+
+    def loops(self) -> list[Coroutine[Any, Any, None]]:
+        return [self._fetch_loop()]
+
+    async def unblock(self) -> None:
+        """End the fetch loop's BLPOP now (a token on this consumer's own wake list)."""
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.rpush(self._wake_key, "stop")
+                pipe.pexpire(self._wake_key, WAKE_TOKEN_TTL_MS)
+                await pipe.execute()
+        except RedisError as exc:  # the BLPOP then returns at its timeout
+            logger.warning("could not wake the fetch loop of %s: %r", self.keys.name, exc)
+
+    async def _fetch_loop(self) -> None:
+        """Take jobs until stopping (or, in burst mode, until the queue is drained).
+
+        Takes are pipelined: up to TAKES_IN_FLIGHT calls at once, each for a chunk of the
+        room in the slots, so the next jobs are on their way while the current ones run
+        (one call at a time leaves the worker idle during every script, and Redis idle
+        while the worker runs). A take that comes back short means the queue ran dry:
+        once the other takes are back, block until a job is announced (in burst mode,
+        check whether everything is done).
+        """
+        woken = False
+        takes: set[asyncio.Task[TakeResult | None]] = set()
+        loop = asyncio.get_running_loop()
+        while not self.stopping.is_set():
+            if self._dry_since is not None or self._failed:
+                done, woken = await self._between_takes()
+                if done:
+                    return
+                continue
+            size = await self._reserve_take()
+            if size:
+                self._takes_out += 1
+                take = loop.create_task(self._take(size, woken))
+                takes.add(take)  # a reference, so the task is not collected mid-flight
+                take.add_done_callback(takes.discard)
+                take.add_done_callback(_log_take_crash)
+                woken = False
+        if takes:
+            await asyncio.wait(takes)
+
+    async def _between_takes(self) -> tuple[bool, bool]:
+        """The queue ran dry or a take failed: wait for the other takes, pause after an
+        error, or block until a job is announced. Returns (done: a burst worker has
+        nothing left to do, woken: a notify token was consumed)."""
+        if self._takes_out:  # let the other takes come back first
+            await self._slots.wait_change()
+            return False, False
+        if self._failed:  # Redis error: pause, then try again
+            self._failed, self._dry_since = False, None
+            await wait_event(self.stopping, RETRY_PAUSE)
+            return False, False
+        landed_before, self._dry_since = self._dry_since or 0, None
+        if self.settings.burst:
+            return await self._drained(landed_before), False
+        woken = await self._wait_for_work()
+        self._probing = True
+        return False, woken
+
+    async def _reserve_take(self) -> int:
+        """Wait for room for the next take (a chunk's worth while other takes are out, any
+        room when none is) and reserve it; 0 when the loop has something else to do."""
+        slots = self._slots
+        while not (self.stopping.is_set() or self._failed or self._dry_since is not None):
+            chunk = min(MAX_TAKE, max(MIN_TAKE_CHUNK, slots.capacity // TAKES_IN_FLIGHT))
+            out = self._takes_out
+            limit = 1 if self._probing else TAKES_IN_FLIGHT
+            if out < limit and slots.room >= (chunk if out else 1):
+                return slots.reserve(chunk)
+            await slots.wait_change()
+        return 0
+
+    async def promote_due(self, limit: int) -> Promoted:
+        """Promote up to ``limit`` due jobs, and take what there is room for in the same
+        call: the promoter's call when a delayed job falls due, so it is leased one round
+        trip after it is due (not a promote, then a notify token, then a take)."""
+        room = 0 if self.stopping.is_set() else self._slots.reserve(MAX_TAKE)
+        if room:
+            self._takes_out += 1
+            result = await self._take(room, woken=False, promote=limit)
+            if result is not None:
+                return result.promoted
+        return await scripts.promote(self.redis, self.keys, limit=limit)
+
+    async def _take(self, limit: int, woken: bool, promote: int = 0) -> TakeResult | None:
+        """One take call for ``limit`` reserved slots; admits the jobs it leases. None
+        after an error (the fetch loop then pauses)."""
+        self._take_calls += 1
+        lease = f"{self._worker_id}:{self._take_calls}"
+        landed_before = self._acks.landed
+        started = time.perf_counter()
+        try:
+            result = await scripts.take(
+                self.redis, self.keys, lease=lease, lease_ms=self.settings.lease_ms,
+                limit=limit, result_ttl_ms=self._result_ttl_ms, plan=self._plan(limit),
+                woken=woken, promote=promote,
+            )  # fmt: skip
+        except Exception as exc:  # RedisError, or a reply it could not parse
+            logger.warning("taking jobs from %s failed: %r", self.keys.name, exc)
+            self._failed = True
+            self._takes_out -= 1
+            self._slots.unreserve(limit)
+            return None
+        self._takes_out -= 1
+        self._slots.size_lookahead(time.perf_counter() - started)
+        if len(result.jobs) == limit:
+            self._probing = False  # the queue has more: pipeline the takes
+        elif self._dry_since is None or landed_before < self._dry_since:
+            self._dry_since = landed_before
+        for job in result.jobs:  # first: their tasks then run before the fetch loop's next call
+            self._inflight.admit(job, self._acks)
+        self._slots.unreserve(limit - len(result.jobs))  # also wakes the fetch loop
+        return result
+
+    async def _wait_for_work(self) -> bool:
+        """Block until a job is announced; True if a notify token was consumed."""
+        try:
+            popped = await self.redis.blpop(
+                [self.keys.notify, self._wake_key], timeout=self.settings.idle_wait
+            )
+        except RedisError as exc:
+            logger.warning("waiting for jobs on %s failed: %r", self.keys.name, exc)
+            await wait_event(self.stopping, RETRY_PAUSE)
+            return False
+        return popped is not None and popped[0] == self.keys.notify.encode()
+
+    async def _drained(self, landed_before: int) -> bool:
+        """Burst mode: True once nothing is ready, running, unacked, or due.
+
+        An ack that landed while the empty take was in flight may have put a job back in
+        ready (a retry without delay, a release): then take once more before deciding.
+        """
+        acks = self._acks
+        if acks.landed != landed_before:
+            return False
+        if not acks.idle:
+            acks.landing.clear()
+            await wait_first(acks.landing, self.stopping)
+            return False
+        try:
+            promoted = await scripts.promote(self.redis, self.keys, limit=1000)
+        except RedisError:
+            return False
+        return promoted.count == 0
+
+
+def _log_take_crash(take: asyncio.Task[TakeResult | None]) -> None:
+    if not take.cancelled() and (exc := take.exception()) is not None:
+        logger.error("a take task crashed: %r", exc, exc_info=exc)

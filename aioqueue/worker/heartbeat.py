@@ -1,0 +1,79 @@
+"""Worker heartbeats: each worker process says, per queue, that it is alive and what it runs.
+
+Every few seconds a worker refreshes its heartbeat in each of its queues (``store.
+heartbeats``: expiring after three missed beats); ``Queue.workers()`` and ``aioqueue
+check`` (for container health probes) read them back.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from redis.exceptions import RedisError
+
+from ..store import heartbeats
+from .loops import Component, wait_event
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine, Sequence
+
+    from redis.asyncio import Redis
+
+    from ..store.keys import QueueKeys
+
+logger = logging.getLogger(__name__)
+
+BEAT_INTERVAL = 5.0
+BEAT_TTL_MS = int(BEAT_INTERVAL * 3 * 1000)
+
+
+class Heartbeat(Component):
+    """Refreshes one worker's heartbeat in each of its queues."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        queues: Sequence[QueueKeys],
+        *,
+        worker_id: str,
+        concurrency: int,
+        running: Callable[[], int],
+    ) -> None:
+        super().__init__()
+        self._redis, self._queues, self._worker_id = redis, queues, worker_id
+        self._running = running
+        self._static = {
+            "id": worker_id, "host": socket.gethostname(), "pid": os.getpid(),
+            "queues": [keys.name for keys in queues], "concurrency": concurrency,
+            "started_at": time.time(),
+        }  # fmt: skip
+
+    def loops(self) -> list[Coroutine[Any, Any, None]]:
+        return [self._run()]
+
+    async def _run(self) -> None:
+        while True:
+            await self.beat()
+            if await wait_event(self.stopping, BEAT_INTERVAL):
+                break
+        await self.clear()
+
+    async def beat(self) -> None:
+        info = orjson.dumps({**self._static, "running": self._running(), "beat_at": time.time()})
+        try:
+            for keys in self._queues:
+                await heartbeats.beat(self._redis, keys, self._worker_id, info, ttl_ms=BEAT_TTL_MS)
+        except RedisError as exc:
+            logger.warning("worker %s: heartbeat failed: %r", self._worker_id, exc)
+
+    async def clear(self) -> None:
+        try:
+            for keys in self._queues:
+                await heartbeats.clear(self._redis, keys, self._worker_id)
+        except RedisError as exc:
+            logger.warning("worker %s: clearing its heartbeat failed: %r", self._worker_id, exc)

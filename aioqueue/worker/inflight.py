@@ -1,0 +1,285 @@
+"""The jobs a worker holds, from take to settlement: one owner for each job's whole life.
+
+A taken job waits for a slot (``slots``), runs in an asyncio task of its own (the runner
+decides what it runs and what the outcome means), and is settled exactly once: its
+Settlement goes straight to its queue's ack batcher. Everything that can cut a run short
+lives here, as one reason per job, the strongest winning:
+
+  TIMEOUT   its deadline passed (``deadlines``): a failed attempt, retried by policy
+  SHUTDOWN  the worker is stopping past its grace period: back to ready, attempt not counted
+  OVERDUE   it swallowed its timeout's cancellation: cancelled again, then settled as a
+            HandlerTimeout failure; if it still runs, it is abandoned (its slot freed)
+  ABORT     ``cancel()`` of a running job: it ends cancelled, not retried
+
+A job that waits for a slot and never starts is handed back: to ready (release, attempt
+not counted) or, on an abort, cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any
+
+from ..errors import HandlerTimeout
+from ..store.payload import encode_error
+from ..store.records import Settlement
+from .deadlines import Deadlines
+from .loops import Component, wait_event
+from .runner import failed, run_job
+from .slots import Slots
+
+if TYPE_CHECKING:
+    from collections.abc import Coroutine
+
+    from ..middleware import CallNext
+    from ..store.records import Taken
+    from ..task import Task
+    from .acks import AckBatcher
+    from .runner import RunEnv
+
+logger = logging.getLogger(__name__)
+
+CHECK_INTERVAL = 0.5  # seconds between checks for overdue handlers and stale waiting jobs
+OVERDUE_GRACE = 1.0  # after a deadline, before the next step against a handler that won't stop
+
+_ABORTED = encode_error("JobCancelled", "aborted while running", "")
+
+
+class Interrupt(IntEnum):
+    """Why a running job's task was cancelled; a stronger reason replaces a weaker one."""
+
+    TIMEOUT = 1
+    SHUTDOWN = 2
+    OVERDUE = 3
+    ABORT = 4
+
+
+@dataclass(slots=True, eq=False)
+class RunningJob:
+    """One job this worker holds, from take to settlement."""
+
+    taken: Taken
+    acks: AckBatcher  # where its Settlement goes
+    deadlines: Deadlines
+    handle: asyncio.Task[None] | None = None  # the asyncio task running it, once started
+    task: Task[..., Any] | None = None  # known once its payload is decoded
+    timeout: float | None = None
+    deadline: float | None = None  # event-loop time; None unless its handler runs timed
+    interrupt: Interrupt | None = None
+    settled: bool = False
+
+    @property
+    def queue(self) -> str:
+        return self.acks.keys.name
+
+    @property
+    def timed_out(self) -> bool:
+        return self.interrupt is Interrupt.TIMEOUT
+
+    @property
+    def interrupted(self) -> bool:
+        """Cancelled from outside its handler: by this module, or by someone else."""
+        return self.interrupt is not None or (
+            self.handle is not None and self.handle.cancelling() > 0
+        )
+
+    def cancel(self, reason: Interrupt) -> None:
+        """Cancel the job's task for ``reason``, unless a stronger reason did already."""
+        if self.settled or self.handle is None:
+            return
+        if self.interrupt is None or reason >= self.interrupt:
+            self.interrupt = reason
+            self.handle.cancel()
+
+    def time_out(self) -> None:
+        """Its deadline passed (called by ``Deadlines``)."""
+        if self.interrupt is None:
+            self.cancel(Interrupt.TIMEOUT)
+
+    async def call_handler(self, call: CallNext) -> Any:
+        """Await the handler under the job's timeout. Raises what the handler raised;
+        TimeoutError or HandlerTimeout when it ran out of time (cancelled at its deadline,
+        or it swallowed that cancellation, or it blocked the event loop past it); and
+        CancelledError when the job is interrupted otherwise."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        if self.timeout is not None:
+            self.deadlines.watch(self, started + self.timeout)
+        try:
+            result = await call()
+        except asyncio.CancelledError:
+            if self._handler_ended():
+                raise TimeoutError(f"{self.task_name} timed out after {self.timeout}s") from None
+            raise
+        except BaseException:
+            self._handler_ended()
+            raise
+        elapsed = loop.time() - started
+        if self._handler_ended() or (self.timeout is not None and elapsed > self.timeout):
+            raise HandlerTimeout(
+                f"{self.task_name} ran {elapsed:.3f}s, over its {self.timeout}s timeout "
+                "(it swallowed the cancellation or blocked the event loop)"
+            )
+        return result
+
+    def _handler_ended(self) -> bool:
+        """The handler returned or raised: its deadline no longer applies. If the timeout
+        had cancelled it, take that cancellation back; True when no other is pending."""
+        self.deadlines.unwatch(self)
+        if self.interrupt is not Interrupt.TIMEOUT or self.handle is None:
+            return False
+        self.interrupt = None
+        return self.handle.uncancel() == 0
+
+    def interrupted_settlement(self) -> Settlement:
+        """How the job is settled when an interrupt ends (or abandons) it."""
+        taken = self.taken
+        if self.interrupt is Interrupt.ABORT:
+            return Settlement(taken.id, taken.lease, "abort", _ABORTED)
+        if self.interrupt is Interrupt.OVERDUE and self.task is not None:
+            error = HandlerTimeout(
+                f"{self.task.name} ignored the cancellation at its {self.timeout}s timeout; "
+                "abandoned (it may still be running in this process)"
+            )
+            return failed(taken, self.task, error)
+        return Settlement(taken.id, taken.lease, "release")
+
+    @property
+    def task_name(self) -> str:
+        return self.task.name if self.task is not None else "?"
+
+
+class InFlight(Component):
+    """The running (and waiting) jobs of one worker, and the ones it had to abandon."""
+
+    def __init__(self, env: RunEnv, *, concurrency: int) -> None:
+        super().__init__()
+        self.slots: Slots[RunningJob] = Slots(concurrency, self._start)
+        self.running: dict[asyncio.Task[None], RunningJob] = {}
+        self.outcomes: Counter[str] = Counter()  # settlements by outcome, for logs and tests
+        self._deadlines = Deadlines()
+        self.env = env  # what jobs run with (set again when the worker starts)
+        self._abandoned: set[asyncio.Task[None]] = set()
+
+    def admit(self, taken: Taken, acks: AckBatcher) -> None:
+        """A take call leased ``taken``: it starts now if a slot is free, else it waits."""
+        acks.hold(taken)
+        self.slots.admit(RunningJob(taken, acks, self._deadlines))
+
+    def _start(self, job: RunningJob) -> None:
+        task = asyncio.get_running_loop().create_task(self._run(job))
+        job.handle = task
+        self.running[task] = job
+
+    async def _run(self, job: RunningJob) -> None:
+        try:
+            try:
+                settlement = await run_job(job, self.env)
+            except asyncio.CancelledError:
+                settlement = job.interrupted_settlement()
+            except Exception:  # a bug in aioqueue itself: keep the job, keep the worker
+                logger.exception("job %s: internal error; releasing it", job.taken.job_id)
+                settlement = Settlement(job.taken.id, job.taken.lease, "release")
+            self._settle(job, settlement)
+        finally:  # forget it here: a done callback would cost a loop callback per job
+            if job.handle is not None:
+                self.running.pop(job.handle, None)
+                self._abandoned.discard(job.handle)
+
+    def _settle(self, job: RunningJob, settlement: Settlement, *, started: bool = True) -> None:
+        """Settle a job once: free its slot (if it had one), send its ack."""
+        if job.settled:
+            return  # abandoned, and its handler ended after all
+        job.settled = True
+        self.outcomes[settlement.outcome] += 1
+        if started:
+            self.slots.end()
+        job.acks.settle(settlement)
+
+    def _hand_back(self, job: RunningJob, *, aborted: bool = False) -> None:
+        """Settle a job that waited for a slot and never started: back to ready, attempt
+        not counted (or cancelled, on an abort request)."""
+        taken = job.taken
+        if aborted:
+            settlement = Settlement(taken.id, taken.lease, "abort", _ABORTED)
+        else:
+            settlement = Settlement(taken.id, taken.lease, "release")
+        self._settle(job, settlement, started=False)
+
+    def _abandon(self, task: asyncio.Task[None], job: RunningJob) -> None:
+        """Settle a job whose handler will not stop; the handler is left to itself."""
+        del self.running[task]
+        self._abandoned.add(task)
+        self._settle(job, job.interrupted_settlement())
+
+    # -- requests from outside: abort, shutdown --------------------------------------------
+
+    def abort(self, job_id: bytes) -> None:
+        """An abort request: a job waiting for a slot ends at once, a running one is
+        cancelled."""
+        waiting = self.slots.take_waiting(lambda job: job.taken.id == job_id)
+        for job in waiting:
+            logger.info("job %s: cancelled on request before it started", job.taken.job_id)
+            self._hand_back(job, aborted=True)
+        if waiting:
+            return
+        for job in list(self.running.values()):
+            if job.taken.id == job_id and job.interrupt is not Interrupt.ABORT:
+                logger.info("job %s: aborting on request", job.taken.job_id)
+                job.cancel(Interrupt.ABORT)
+
+    def stop_taking(self) -> None:
+        """No job starts from now on; wakes whoever waits for room in the slots."""
+        self.slots.interrupt()
+
+    def cancel_all(self) -> None:
+        for job in list(self.running.values()):
+            job.cancel(Interrupt.SHUTDOWN)
+
+    async def finish(self, *, grace: float, force: bool) -> None:
+        """Shutdown: jobs that never started go back to ready; running ones get ``grace``
+        seconds, then are cancelled (back to ready); a handler that ignores even that is
+        settled without it and left behind."""
+        for job in self.slots.take_waiting():
+            self._hand_back(job)
+        if self.running and not force:
+            await asyncio.wait(set(self.running), timeout=grace)
+        if self.running:
+            logger.warning("cancelling %d job(s) still running; back to ready", len(self.running))
+            self.cancel_all()
+            await asyncio.wait(set(self.running), timeout=max(1.0, grace))
+        for task, job in list(self.running.items()):
+            self._abandon(task, job)
+        for task in self._abandoned:
+            task.cancel()
+
+    # -- the watch loop: handlers past their deadline, jobs waiting too long ---------------
+
+    def loops(self) -> list[Coroutine[Any, Any, None]]:
+        return [self._watch()]
+
+    async def _watch(self) -> None:
+        while not await wait_event(self.stopping, CHECK_INTERVAL):
+            self.check_overdue()
+            for job in self.slots.take_stale():  # back to ready, for other workers
+                self._hand_back(job)
+
+    def check_overdue(self) -> None:
+        """Cancel again a handler still running past its deadline (it swallowed the
+        timeout's cancellation); abandon it if even that does not stop it."""
+        now = asyncio.get_running_loop().time()
+        for task, job in list(self.running.items()):
+            if job.deadline is None or now < job.deadline + OVERDUE_GRACE:
+                continue
+            if job.interrupt is None or job.interrupt < Interrupt.OVERDUE:
+                job.cancel(Interrupt.OVERDUE)
+            elif now >= job.deadline + 2 * OVERDUE_GRACE:
+                logger.error(
+                    "job %s (%s) ignored cancellation at its %ss timeout: settled as timed "
+                    "out, handler abandoned", job.taken.job_id, job.task_name, job.timeout,
+                )  # fmt: skip
+                self._abandon(task, job)

@@ -1,0 +1,101 @@
+"""Leases: renew the leases of the jobs this worker holds, and reclaim jobs whose lease
+expired (their worker died).
+
+A lease is short (seconds) and renewed every third of its length in one script call per
+queue, so a job may run for hours while a dead worker's jobs come back within a lease.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+
+from ..store import scripts
+from .loops import Component, wait_event
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine, Sequence
+
+    from .acks import AckBatcher
+
+logger = logging.getLogger(__name__)
+
+MAX_EXTEND_BATCH = 1000
+RECLAIM_LIMIT = 1000
+
+
+class LeaseKeeper(Component):
+    """Renews this worker's leases and reclaims expired ones for all its queues."""
+
+    def __init__(
+        self,
+        queues: Sequence[AckBatcher],
+        *,
+        lease_ms: int,
+        reclaim_interval: float,
+        default_max_attempts: int,
+        result_ttl_ms: int,
+        on_abort: Callable[[bytes], None],
+    ) -> None:
+        super().__init__()
+        self._queues = queues
+        self._lease_ms = lease_ms
+        self._reclaim_interval = reclaim_interval
+        self._default_max_attempts = default_max_attempts
+        self._result_ttl_ms = result_ttl_ms
+        self._on_abort = on_abort
+
+    def loops(self) -> list[Coroutine[Any, Any, None]]:
+        return [self._renew_loop(), self._reclaim_loop()]
+
+    async def _renew_loop(self) -> None:
+        """Extend every held lease each third of a lease, until the worker is done."""
+        while not await wait_event(self.stopping, self._lease_ms / 3000):
+            await self.renew_once()
+
+    async def renew_once(self) -> None:
+        for queue in self._queues:
+            held = [(job.id, job.lease) for job in queue.held.values()]
+            for start in range(0, len(held), MAX_EXTEND_BATCH):
+                batch = held[start : start + MAX_EXTEND_BATCH]
+                try:
+                    extended = await scripts.extend(
+                        queue.redis, queue.keys, batch, lease_ms=self._lease_ms
+                    )
+                except RedisError as exc:
+                    logger.warning("renewing leases on %s failed: %r", queue.keys.name, exc)
+                    continue
+                for job_id in extended.aborted:
+                    self._on_abort(job_id)
+                for job_id in extended.lost:
+                    logger.warning(
+                        "job %s of %s: lease lost while running (stalled past its lease?)",
+                        job_id.decode("utf-8", "backslashreplace"), queue.keys.name,
+                    )  # fmt: skip
+
+    async def _reclaim_loop(self) -> None:
+        """Return expired leases (from workers that died) to ready, every interval."""
+        while not await wait_event(self.stopping, self._reclaim_interval):
+            await self.reclaim_once()
+
+    async def reclaim_once(self) -> int:
+        total = 0
+        for queue in self._queues:
+            try:
+                result = await scripts.reclaim(
+                    queue.redis, queue.keys, limit=RECLAIM_LIMIT,
+                    default_max_attempts=self._default_max_attempts,
+                    result_ttl_ms=self._result_ttl_ms,
+                )  # fmt: skip
+            except RedisError as exc:
+                logger.warning("reclaiming leases on %s failed: %r", queue.keys.name, exc)
+                continue
+            if result.requeued or result.buried:
+                logger.warning(
+                    "queue %s: reclaimed %d job(s) with expired leases, buried %d",
+                    queue.keys.name, result.requeued, result.buried,
+                )  # fmt: skip
+            total += result.requeued + result.buried
+        return total

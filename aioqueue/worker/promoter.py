@@ -1,0 +1,119 @@
+"""Promoting the delayed jobs of one queue when they fall due.
+
+A Promoter sleeps until the next delayed job is due, or until an earlier job is
+scheduled, then promotes due jobs with one script call. In a worker the call is the
+consumer's (``QueueConsumer.promote_due``), which takes in the same call what it has
+room for, so a due job is leased one round trip after it is due.
+
+Times come from Redis (the scripts read TIME), so clock skew between hosts cannot start a
+job early or strand it: the promoter only converts "due in N ms by the Redis clock" into
+a local timer, which is precise to a millisecond or so, unlike a blocking command's
+timeout (Redis checks those at its ``hz`` rate, ~100 ms by default).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+
+from ..store import scripts
+from .loops import RETRY_PAUSE, WAKE_TOKEN_TTL_MS, Component, wait_event
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Coroutine
+
+    from redis.asyncio import Redis
+
+    from ..store.keys import QueueKeys
+    from ..store.records import Promoted
+
+logger = logging.getLogger(__name__)
+
+PROMOTE_LIMIT = 250  # per call: ~1.5 ms inside Redis at ~6 µs per job
+MAX_SLEEP = 30.0  # re-read the schedule at least this often, whatever happens
+
+
+class Promoter(Component):
+    """Promotes the due jobs of one queue, waking exactly when the next one is due.
+
+    Its listen loop waits on the queue's schedule-wake list: a token there means an
+    earlier job was scheduled (or a periodic spec added), so it re-reads the schedule and
+    tells its listeners (the queue's periodic scheduler).
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        keys: QueueKeys,
+        *,
+        worker_id: str,
+        idle_wait: float,
+        promote: Callable[[int], Awaitable[Promoted]] | None = None,
+    ) -> None:
+        super().__init__()
+        self._redis, self._keys = redis, keys
+        self._wake_key = keys.wake(worker_id, "schedule")
+        self._promote = promote or self._promote_only
+        self._idle_wait = idle_wait
+        self._earlier = asyncio.Event()  # set when someone scheduled an earlier job
+        self._listeners: list[Callable[[], None]] = []
+
+    def on_wake(self, listener: Callable[[], None]) -> None:
+        """Also call ``listener`` when the queue's schedule-wake list gets a token."""
+        self._listeners.append(listener)
+
+    def loops(self) -> list[Coroutine[Any, Any, None]]:
+        return [self._promote_loop(), self._listen_loop()]
+
+    def stop(self) -> None:
+        super().stop()
+        self._earlier.set()
+
+    async def unblock(self) -> None:
+        """End the listen loop's BLPOP now (a token on this promoter's own wake list)."""
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.rpush(self._wake_key, "stop")
+                pipe.pexpire(self._wake_key, WAKE_TOKEN_TTL_MS)
+                await pipe.execute()
+        except RedisError as exc:  # the BLPOP then returns at its timeout
+            logger.warning("could not wake the promoter of %s: %r", self._keys.name, exc)
+
+    async def _promote_loop(self) -> None:
+        while not self.stopping.is_set():
+            self._earlier.clear()
+            try:
+                result = await self._promote(PROMOTE_LIMIT)
+            except RedisError as exc:
+                logger.warning("promoting due jobs of %s failed: %r", self._keys.name, exc)
+                await self._sleep(RETRY_PAUSE)
+                continue
+            if result.count >= PROMOTE_LIMIT:
+                continue  # more are due right now
+            until_next = result.seconds_until_next()
+            await self._sleep(MAX_SLEEP if until_next is None else min(MAX_SLEEP, until_next))
+
+    async def _promote_only(self, limit: int) -> Promoted:
+        return await scripts.promote(self._redis, self._keys, limit=limit)
+
+    async def _listen_loop(self) -> None:
+        """Wait on the queue's schedule-wake list; a token means an earlier job arrived."""
+        watched = [self._keys.schedule_wake, self._wake_key]
+        while not self.stopping.is_set():
+            try:
+                popped = await self._redis.blpop(watched, timeout=self._idle_wait)
+            except RedisError as exc:
+                logger.warning("waiting on the schedule of %s failed: %r", self._keys.name, exc)
+                await wait_event(self.stopping, RETRY_PAUSE)
+                continue
+            if popped is not None:
+                self._earlier.set()
+                for listener in self._listeners:
+                    listener()
+
+    async def _sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            await wait_event(self._earlier, seconds)

@@ -1,0 +1,182 @@
+"""What a taken job runs, and what its outcome means: decode -> find the task -> check the
+arguments -> call the handler (through the middleware) -> hooks -> a Settlement.
+
+Every path ends in a Settlement for the ack script, so no input can crash a worker or
+vanish: bad payloads, unknown tasks and wrong arguments are buried with the reason;
+errors are retried by the task's policy and buried when attempts run out. How long the
+handler may run, and what an abort or a shutdown does to it, is the in-flight job's
+business (``inflight``): the runner only asks it to call the handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+import traceback
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio.to_thread
+
+from ..errors import PayloadError, Retry, SerializationError, UnknownTask
+from ..middleware import JobContext, Middleware, call_hooks, enter_job, wrap
+from ..store.payload import Payload, encode_error, encode_result
+from ..store.records import Settlement
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from ..middleware import CallNext
+    from ..store.records import Taken
+    from ..task import Task
+    from .inflight import RunningJob
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnv:
+    """What every job of a worker runs with."""
+
+    find_task: Callable[[str], Task[..., Any] | None]
+    middleware: Sequence[Middleware] = ()
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+class _Escaped(Exception):
+    """A BaseException a sync handler raised in its thread, carried back as a plain
+    exception: GeneratorExit or SystemExit must not travel through an asyncio Future."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(repr(original))
+        self.original = original
+
+
+async def run_job(job: RunningJob, env: RunEnv) -> Settlement:
+    """Run one taken job to its Settlement. A CancelledError that the handler did not
+    raise itself (an abort, a shutdown) propagates: the in-flight job settles that."""
+    taken = job.taken
+    try:
+        payload = Payload.decode(taken.payload)
+        task = _find(env, payload.task)
+        _check_arguments(task, payload)
+    except (PayloadError, UnknownTask) as exc:
+        return bury(taken, type(exc).__name__, str(exc))
+    except TypeError as exc:  # retrying cannot help: the same arguments come back
+        return bury(taken, "TypeError", str(exc))
+    job.task, job.timeout = task, payload.timeout or task.options.timeout
+    context = JobContext(
+        taken.job_id, job.queue, task.name, taken.attempts,
+        taken.max_attempts or task.options.max_attempts, env.state,
+    )  # fmt: skip
+    enter_job(context)
+    call = _handler_call(task, payload)
+    if env.middleware:
+        call = wrap(env.middleware, context, call)
+    try:
+        result = await job.call_handler(call)
+        data = encode_result(result)
+    except asyncio.CancelledError as exc:
+        if job.interrupted:
+            raise
+        return await _after(task, context, failed(taken, task, exc), exc)  # raised by itself
+    except SerializationError as exc:
+        return await _after(task, context, bury(taken, "SerializationError", str(exc)), exc)
+    except BaseException as exc:
+        return await _after(task, context, failed(taken, task, exc), exc)
+    return await _after(task, context, Settlement(taken.id, taken.lease, "complete", data), result)
+
+
+def _find(env: RunEnv, name: str) -> Task[..., Any]:
+    task = env.find_task(name)
+    if task is None:
+        raise UnknownTask(name)
+    return task
+
+
+def _check_arguments(task: Task[..., Any], payload: Payload) -> None:
+    try:
+        task.check_arguments(payload.args, payload.kwargs)
+    except TypeError as exc:
+        raise TypeError(f"wrong arguments for {task.name}: {exc}") from exc
+
+
+async def _after(
+    task: Task[..., Any], context: JobContext, settlement: Settlement, outcome: Any
+) -> Settlement:
+    """Run the task's hooks for this outcome (cheap when it has none)."""
+    hooks = task.hooks
+    if not hooks:
+        return settlement
+    if settlement.outcome == "complete":
+        await call_hooks(hooks.success, context, outcome)
+        return settlement
+    error = outcome.original if isinstance(outcome, _Escaped) else outcome
+    await call_hooks(hooks.failure, context, error)
+    if settlement.outcome == "retry":
+        await call_hooks(hooks.retry, context, error, settlement.delay_ms / 1000)
+    else:
+        await call_hooks(hooks.dead, context, error)
+    return settlement
+
+
+def _handler_call(task: Task[..., Any], payload: Payload) -> CallNext:
+    async def call() -> Any:
+        return await _invoke(task, payload)
+
+    return call
+
+
+async def _invoke(task: Task[..., Any], payload: Payload) -> Any:
+    if task.is_async:
+        return await task.fn(*payload.args, **payload.kwargs)
+    call = functools.partial(_call_in_thread, task.fn, payload.args, payload.kwargs)
+    result = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+    if inspect.isawaitable(result):  # a plain callable that returned a coroutine
+        result = await result
+    return result
+
+
+def _call_in_thread(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+    try:
+        return fn(*args, **kwargs)
+    except Exception:
+        raise
+    except BaseException as exc:  # carried back to the loop as data
+        raise _Escaped(exc) from exc
+
+
+def failed(taken: Taken, task: Task[..., Any], exc: BaseException) -> Settlement:
+    """A failed attempt: retried by the task's policy, or dead (failed) when it is over."""
+    if isinstance(exc, _Escaped):
+        exc = exc.original
+    error = encode_error(type(exc).__name__, str(exc), _format(exc))
+    max_attempts = taken.max_attempts or task.options.max_attempts
+    retryable = not isinstance(exc, task.options.never_retry)
+    if retryable and taken.attempts < max_attempts:
+        if isinstance(exc, Retry) and exc.delay is not None:
+            delay = exc.delay
+        else:
+            delay = task.options.backoff(taken.attempts)
+        logger.info(
+            "job %s (%s) attempt %d/%d failed: %r; retry in %.3fs",
+            taken.job_id, task.name, taken.attempts, max_attempts, exc, delay,
+        )  # fmt: skip
+        return Settlement(taken.id, taken.lease, "retry", error, max(0, int(delay * 1000)))
+    logger.warning(
+        "job %s (%s) failed for good after %d attempt(s): %r",
+        taken.job_id, task.name, taken.attempts, exc,
+    )  # fmt: skip
+    return Settlement(taken.id, taken.lease, "bury" if task.options.dead_letter else "fail", error)
+
+
+def bury(taken: Taken, error_type: str, message: str) -> Settlement:
+    """Straight to the dead set: retrying cannot help (bad input, a result JSON can't hold)."""
+    logger.warning("job %s buried: %s: %s", taken.job_id, error_type, message)
+    return Settlement(taken.id, taken.lease, "bury", encode_error(error_type, message, ""))
+
+
+def _format(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc))

@@ -1,0 +1,108 @@
+"""Periodic jobs inside a worker: enqueue the ticks of one queue's periodic specs (cron or
+interval), each once, however many workers race for it.
+
+Specs live in Redis (``store.specs``; the declared ones are synced from code at start),
+so specs added or removed at run time are seen at the next wake-up, and adding one wakes
+the schedulers at once (through the queue's promoter, which hears the token). Ticks are
+judged by the Redis clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+
+from ..errors import EnqueueError
+from ..store import scripts, specs
+from ..store.payload import Payload
+from .loops import RETRY_PAUSE, Component, wait_event
+
+if TYPE_CHECKING:
+    from collections.abc import Coroutine, Sequence
+
+    from redis.asyncio import Redis
+
+    from ..periodic import Periodic
+    from ..store.keys import QueueKeys
+
+logger = logging.getLogger(__name__)
+
+MAX_SLEEP = 30.0  # re-read the specs at least this often, whatever happens
+
+
+class PeriodicScheduler(Component):
+    """Enqueues due ticks of one queue's periodic specs, then sleeps until the next tick."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        keys: QueueKeys,
+        *,
+        declared: Sequence[Periodic],
+        max_payload_bytes: int,
+    ) -> None:
+        super().__init__()
+        self._redis, self._keys = redis, keys
+        self._declared = declared
+        self._max_payload_bytes = max_payload_bytes
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        """Look at the specs now (one was added, or an earlier job scheduled)."""
+        self._wake.set()
+
+    def loops(self) -> list[Coroutine[Any, Any, None]]:
+        return [self._run()]
+
+    def stop(self) -> None:
+        super().stop()
+        self._wake.set()
+
+    async def _run(self) -> None:
+        synced = False
+        while not self.stopping.is_set():
+            self._wake.clear()
+            try:
+                if not synced:
+                    await specs.sync_declared(self._redis, self._keys, self._declared)
+                    synced = True
+                pause = await self._tick()
+            except RedisError as exc:
+                logger.warning("periodic jobs of %s: %r", self._keys.name, exc)
+                pause = RETRY_PAUSE
+            await wait_event(self._wake, pause)
+
+    async def _tick(self) -> float:
+        """Enqueue what is due; return the seconds until the next tick (capped)."""
+        due_specs = await specs.load(self._redis, self._keys)
+        now_ms = await _redis_now_ms(self._redis)
+        for spec in due_specs:
+            tick = spec.tick_to_enqueue(now_ms)
+            if tick is not None:
+                await self._enqueue(spec, tick)
+        next_ms = min((spec.next_tick(now_ms) for spec in due_specs), default=None)
+        return MAX_SLEEP if next_ms is None else min(MAX_SLEEP, (next_ms - now_ms) / 1000)
+
+    async def _enqueue(self, spec: Periodic, tick_ms: int) -> None:
+        try:
+            payload = Payload(spec.task, list(spec.args), spec.kwargs).encode(
+                self._max_payload_bytes
+            )
+        except EnqueueError as exc:
+            logger.error("periodic %s: cannot enqueue: %s", spec.name, exc)
+            return
+        result = await scripts.enqueue(
+            self._redis, self._keys, job_id=spec.job_id(tick_ms), payload=payload,
+            priority=spec.priority, max_attempts=0, delay_ms=0, due_ms=0,
+            tick=(spec.name, tick_ms),
+        )  # fmt: skip
+        if result.created:
+            logger.info("periodic %s: enqueued tick %d", spec.name, tick_ms)
+
+
+async def _redis_now_ms(redis: Redis) -> int:
+    seconds, micros = await redis.time()
+    return int(seconds) * 1000 + int(micros) // 1000

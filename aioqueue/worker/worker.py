@@ -1,0 +1,260 @@
+"""Worker: runs the jobs of one or more queues with bounded concurrency.
+
+A worker is the list of components it runs (``start``), each owning its loops, its
+wake-up tokens and its keys, and stopped in three groups (``stop``):
+
+  intake      per queue: the consumer (takes jobs), the promoter (delayed jobs fall due),
+              the periodic scheduler (cron and interval ticks)
+  settling    the in-flight jobs (run each job, settle it once), then per queue the ack
+              batcher (holds the leases, acks in batches)
+  background  lease renewal and reclaim, abort listener, loop-lag monitor, dead-letter
+              retention, heartbeat
+
+One job's path: ``consumer`` takes it -> ``inflight`` admits it into a slot and runs it
+through ``runner`` -> its Settlement goes to its queue's ``acks`` -> ``ack.lua``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import signal
+import socket
+from typing import TYPE_CHECKING, Any
+
+from ..settings import WORKER_DEFAULTS, WorkerSettings
+from ..store.keys import QueueKeys
+from .aborts import AbortListener
+from .acks import AckBatcher
+from .consumer import QueueConsumer
+from .heartbeat import Heartbeat
+from .inflight import InFlight
+from .leases import LeaseKeeper
+from .looplag import LoopLagMonitor
+from .loops import Component, stop_all
+from .promoter import Promoter
+from .retention import DeadLetterTrimmer
+from .runner import RunEnv
+from .scheduler import PeriodicScheduler
+
+if TYPE_CHECKING:
+    from collections import Counter
+    from collections.abc import Mapping, Sequence
+    from types import TracebackType
+
+    from redis.asyncio import Redis
+
+    from ..app import App
+    from ..priorities import PriorityMode
+
+logger = logging.getLogger(__name__)
+
+
+class Worker:
+    """Runs jobs. Use ``async with app.worker(...)`` inside an existing asyncio service,
+    ``await worker.run()`` as a process's main coroutine, or ``await
+    worker.run_until_idle()`` to drain the queues and return (burst mode).
+
+    Options: ``queues`` (default: every queue the app's tasks use), ``concurrency`` (jobs
+    at once), ``lease`` (seconds; renewed while a job runs), ``grace`` (seconds running
+    jobs get to finish at shutdown before they are cancelled and put back), ``burst``,
+    ``priority_mode`` ("strict": higher levels always first; "weighted": levels share the
+    slots by ``priority_weights``, default ``p + 1`` for level ``p``, so none starves).
+    """
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        queues: Sequence[str] | None = None,
+        concurrency: int = WORKER_DEFAULTS.concurrency,
+        lease: float = WORKER_DEFAULTS.lease,
+        grace: float = WORKER_DEFAULTS.grace,
+        burst: bool = WORKER_DEFAULTS.burst,
+        idle_wait: float = WORKER_DEFAULTS.idle_wait,
+        reclaim_interval: float = WORKER_DEFAULTS.reclaim_interval,
+        priority_mode: PriorityMode = WORKER_DEFAULTS.priority_mode,
+        priority_weights: Mapping[int, float] | None = WORKER_DEFAULTS.priority_weights,
+        loop_lag_warning: float = WORKER_DEFAULTS.loop_lag_warning,
+    ) -> None:
+        self.app = app
+        self.settings = WorkerSettings(
+            queues=tuple(queues or app.queue_names()),
+            concurrency=concurrency,
+            lease=lease,
+            grace=grace,
+            burst=burst,
+            idle_wait=idle_wait,
+            reclaim_interval=reclaim_interval,
+            priority_mode=priority_mode,
+            priority_weights=priority_weights,
+            loop_lag_warning=loop_lag_warning,
+        )
+        self.id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        self.state: dict[str, Any] = {}  # shared resources from the app's startup hooks
+        self._inflight = InFlight(RunEnv(app.find_task, (), self.state), concurrency=concurrency)
+        self._burst_watch: asyncio.Task[None] | None = None
+        self._consumers: list[QueueConsumer] = []
+        self._intake: list[Component] = []
+        self._acks: list[AckBatcher] = []
+        self._background: list[Component] = []
+        self._stop_requested = asyncio.Event()
+        self._force = False
+        self._started = False
+        self._stopped = False
+
+    def __repr__(self) -> str:
+        return f"Worker({self.id!r}, queues={list(self.settings.queues)})"
+
+    @property
+    def running(self) -> int:
+        """How many jobs are running now."""
+        return len(self._inflight.running)
+
+    @property
+    def outcomes(self) -> Counter[str]:
+        """Settlements by outcome (complete, retry, bury, fail, abort, release)."""
+        return self._inflight.outcomes
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, and start taking jobs in the background."""
+        if self._started:
+            raise RuntimeError("a Worker can be started once")
+        self._started = True
+        redis = await self.app.internal_client()
+        for hook in self.app.startup_hooks:
+            await hook(self.state)
+        app = self.app
+        self._inflight.env = RunEnv(app.find_task, tuple(app.middleware_stack), self.state)
+        queues = [QueueKeys.for_queue(app.settings.prefix, name) for name in self.settings.queues]
+        for keys in queues:
+            self._add_queue(redis, keys)
+        self._background = self._background_components(redis, queues)
+        for component in (*self._intake, self._inflight, *self._acks, *self._background):
+            component.start()
+        if self.settings.burst:
+            self._burst_watch = asyncio.get_running_loop().create_task(self._stop_when_drained())
+        logger.info(
+            "worker %s serving %s with concurrency %d", self.id,
+            ", ".join(self.settings.queues), self.settings.concurrency,
+        )  # fmt: skip
+
+    def _add_queue(self, redis: Redis, keys: QueueKeys) -> None:
+        """The components of one queue: its ack batcher, consumer, promoter and (unless
+        bursting) periodic scheduler."""
+        settings, app_settings = self.settings, self.app.settings
+        acks = AckBatcher(redis, keys, result_ttl_ms=app_settings.result_ttl_ms)
+        consumer = QueueConsumer(
+            redis, acks, self._inflight, settings=settings,
+            result_ttl_ms=app_settings.result_ttl_ms, worker_id=self.id,
+        )  # fmt: skip
+        promoter = Promoter(
+            redis, keys, worker_id=self.id, idle_wait=settings.idle_wait,
+            promote=consumer.promote_due,
+        )  # fmt: skip
+        self._acks.append(acks)
+        self._consumers.append(consumer)
+        self._intake += (consumer, promoter)
+        if not settings.burst:
+            periodic = PeriodicScheduler(
+                redis, keys, declared=self.app.declared_periodic(keys.name),
+                max_payload_bytes=app_settings.max_payload_bytes,
+            )  # fmt: skip
+            promoter.on_wake(periodic.wake)
+            self._intake.append(periodic)
+
+    def _background_components(self, redis: Redis, queues: list[QueueKeys]) -> list[Component]:
+        settings, app_settings = self.settings, self.app.settings
+        inflight = self._inflight
+        return [
+            LeaseKeeper(
+                self._acks, lease_ms=settings.lease_ms, reclaim_interval=settings.reclaim_interval,
+                default_max_attempts=app_settings.default_max_attempts,
+                result_ttl_ms=app_settings.result_ttl_ms, on_abort=inflight.abort,
+            ),
+            AbortListener(
+                redis, queues, inflight.abort, worker_id=self.id, poll=settings.idle_wait
+            ),
+            LoopLagMonitor(inflight.running, threshold=settings.loop_lag_warning),
+            DeadLetterTrimmer(
+                redis, queues, max_jobs=app_settings.dead_max_jobs,
+                ttl_ms=int(app_settings.dead_ttl * 1000),
+            ),
+            Heartbeat(
+                redis, queues, worker_id=self.id, concurrency=settings.concurrency,
+                running=lambda: self.running,
+            ),
+        ]  # fmt: skip
+
+    async def run(self, *, handle_signals: bool = False) -> None:
+        """Run until stop() is requested (or a signal arrives, or burst mode drains)."""
+        loop = asyncio.get_running_loop()
+        signals = (signal.SIGTERM, signal.SIGINT) if handle_signals else ()
+        for sig in signals:
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        try:
+            await self.start()
+            await self._stop_requested.wait()
+        finally:
+            await self.stop()
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+
+    async def run_until_idle(self) -> None:
+        """Burst mode: run until nothing is ready, running or due, then stop."""
+        if not self.settings.burst:
+            raise RuntimeError("run_until_idle() needs a worker made with burst=True")
+        await self.run()
+
+    def request_stop(self, *, force: bool = False) -> None:
+        """Ask run() to return: stop taking jobs, let running ones finish within the grace
+        period (none with force=True), put the rest back."""
+        self._force = self._force or force
+        self._stop_requested.set()
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        if self._stop_requested.is_set():
+            logger.warning("second %s: cancelling running jobs now", sig.name)
+            self._force = True
+            self._inflight.cancel_all()
+            return
+        logger.info("%s: stopping (grace %.1fs)", sig.name, self.settings.grace)
+        self.request_stop()
+
+    async def stop(self) -> None:
+        """Stop gracefully; every job ends settled or back in ready, never lost."""
+        if not self._started or self._stopped:
+            return
+        self._stopped = True
+        self._stop_requested.set()
+        self._inflight.stop_taking()
+        await stop_all(self._intake)
+        await self._inflight.finish(grace=self.settings.grace, force=self._force)
+        await stop_all(self._acks)
+        await stop_all([self._inflight, *self._background])
+        for hook in reversed(self.app.shutdown_hooks):
+            try:
+                await hook(self.state)
+            except Exception:
+                logger.exception("shutdown hook %r failed", getattr(hook, "__name__", hook))
+        logger.info("worker %s stopped: %s", self.id, dict(self.outcomes))
+
+    async def _stop_when_drained(self) -> None:
+        await asyncio.gather(*(consumer.join() for consumer in self._consumers))
+        self.request_stop()
+
+    async def __aenter__(self) -> Worker:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()

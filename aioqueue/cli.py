@@ -50,53 +50,58 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aioqueue", description=__doc__.split("\n")[0])
     parser.add_argument("--log-level", default="info", help="debug, info, warning, error")
     commands = parser.add_subparsers(dest="command", required=True)
+    _add_worker_command(commands.add_parser("worker", help="run a worker process"))
+    _add_check_command(
+        commands.add_parser(
+            "check", help="exit 1 unless every queue has a live worker (for health probes)"
+        )
+    )
+    _add_dead_command(commands.add_parser("dead", help="inspect and requeue dead jobs"))
+    return parser
 
-    worker = commands.add_parser("worker", help="run a worker process")
-    worker.add_argument("target", help="module:app, e.g. myproject.tasks:app")
-    worker.add_argument("--redis-url", help=f"overrides the App's URL and {ENV_REDIS_URL}")
-    worker.add_argument(
+
+def _add_worker_command(worker: argparse.ArgumentParser) -> None:
+    add = worker.add_argument
+    add("target", help="module:app, e.g. myproject.tasks:app")
+    add("--redis-url", help=f"overrides the App's URL and {ENV_REDIS_URL}")
+    add(
         "-q",
         "--queue",
         action="append",
         dest="queues",
         help="a queue to serve (repeatable; default: every queue of the app)",
     )
-    worker.add_argument(
+    add(
         "-c",
         "--concurrency",
         type=int,
         default=WORKER_DEFAULTS.concurrency,
         help="jobs at once per process (default: %(default)s)",
     )
-    worker.add_argument(
+    add(
         "-p",
         "--processes",
         type=int,
         default=1,
         help="worker processes to run (each with --concurrency slots)",
     )
-    worker.add_argument(
+    add(
         "--lease",
         type=float,
         default=WORKER_DEFAULTS.lease,
         help="lease seconds (default: %(default)s)",
     )
-    worker.add_argument(
+    add(
         "--grace",
         type=float,
         default=WORKER_DEFAULTS.grace,
         help="shutdown grace seconds (default: %(default)s)",
     )
-    worker.add_argument(
-        "--burst", action="store_true", help="exit once nothing is ready, running or due"
-    )
-    worker.add_argument(
-        "--uvloop", action="store_true", help="run on uvloop (pip install 'aioqueue[uvloop]')"
-    )
+    add("--burst", action="store_true", help="exit once nothing is ready, running or due")
+    add("--uvloop", action="store_true", help="run on uvloop (pip install 'aioqueue[uvloop]')")
 
-    check = commands.add_parser(
-        "check", help="exit 1 unless every queue has a live worker (for health probes)"
-    )
+
+def _add_check_command(check: argparse.ArgumentParser) -> None:
     check.add_argument("target", help="module:app")
     check.add_argument("--redis-url")
     check.add_argument(
@@ -107,16 +112,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="a queue to check (repeatable; default: every queue of the app)",
     )
 
-    dead = commands.add_parser("dead", help="inspect and requeue dead jobs")
-    dead.add_argument("action", choices=["ls", "show", "requeue", "purge"])
-    dead.add_argument("target", help="module:app")
-    dead.add_argument("ids", nargs="*", help="job ids (show: one; requeue/purge: none = oldest)")
-    dead.add_argument("--redis-url")
-    dead.add_argument("-q", "--queue", help="the queue (default: the app's default queue)")
-    dead.add_argument("--limit", type=int, default=100, help="at most this many (oldest first)")
-    dead.add_argument("--task", help="requeue/purge/ls: only dead jobs of this task")
-    dead.add_argument("--error-type", help="requeue/purge/ls: only those that died of this")
-    return parser  # fmt: skip
+
+def _add_dead_command(dead: argparse.ArgumentParser) -> None:
+    add = dead.add_argument
+    add("action", choices=["ls", "show", "requeue", "purge"])
+    add("target", help="module:app")
+    add("ids", nargs="*", help="job ids (show: one; requeue/purge: none = oldest)")
+    add("--redis-url")
+    add("-q", "--queue", help="the queue (default: the app's default queue)")
+    add("--limit", type=int, default=100, help="at most this many (oldest first)")
+    add("--task", help="requeue/purge/ls: only dead jobs of this task")
+    add("--error-type", help="requeue/purge/ls: only those that died of this")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -147,9 +153,12 @@ def run_worker(app: App, args: argparse.Namespace) -> int:
         if args.processes > 1:
             return _run_processes(app, args)
         worker = app.worker(
-            queues=args.queues, concurrency=args.concurrency, lease=args.lease,
-            grace=args.grace, burst=args.burst,
-        )  # fmt: skip
+            queues=args.queues,
+            concurrency=args.concurrency,
+            lease=args.lease,
+            grace=args.grace,
+            burst=args.burst,
+        )
         _run_leaving_abandoned_tasks(_serve(app, worker), uvloop=args.uvloop)
     return 0
 
@@ -207,9 +216,21 @@ def _redis_for(app: App) -> Iterator[None]:
 
 def _run_processes(app: App, args: argparse.Namespace) -> int:
     """Run N single-process workers as children, forwarding SIGTERM/SIGINT to them."""
-    argv = [sys.executable, "-m", "aioqueue", "--log-level", args.log_level, "worker",
-            args.target, "--concurrency", str(args.concurrency), "--lease", str(args.lease),
-            "--grace", str(args.grace)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "aioqueue",
+        "--log-level",
+        args.log_level,
+        "worker",
+        args.target,
+        "--concurrency",
+        str(args.concurrency),
+        "--lease",
+        str(args.lease),
+        "--grace",
+        str(args.grace),
+    ]
     for queue in args.queues or ():
         argv += ["--queue", queue]
     argv += ["--burst"] if args.burst else []
@@ -258,8 +279,9 @@ async def run_dead(app: App, args: argparse.Namespace) -> int:
         if args.action == "ls":
             for info in await queue.dead_jobs(limit=args.limit):
                 if args.task in (None, info.task) and args.error_type in (
-                    None, info.error.type if info.error else None,
-                ):  # fmt: skip
+                    None,
+                    info.error.type if info.error else None,
+                ):
                     print(_summary(info))  # noqa: T201 - the command's output
         elif args.action == "show":
             if len(args.ids) != 1:

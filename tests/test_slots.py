@@ -17,7 +17,7 @@ from aioqueue.store.records import Taken
 from aioqueue.worker import slots as slots_module
 from aioqueue.worker.acks import AckBatcher
 from aioqueue.worker.deadlines import Deadlines
-from aioqueue.worker.inflight import RunningJob
+from aioqueue.worker.inflight import Interrupt, RunningJob
 from aioqueue.worker.slots import Slots
 from tests.helpers import counts, wait_until
 
@@ -117,7 +117,7 @@ async def test_deadlines_cancel_only_overdue_handlers() -> None:
     deadlines.unwatch(jobs[1])  # finished in time
     await asyncio.wait_for(asyncio.wait([handles[0]]), 5)
     assert handles[0].cancelled()
-    assert [job.timed_out for job in jobs] == [True, False, False]
+    assert [job.interrupt for job in jobs] == [Interrupt.TIMEOUT, None, None]
     assert not handles[1].done() and not handles[2].done()
     for handle in handles[1:]:
         handle.cancel()

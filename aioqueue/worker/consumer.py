@@ -18,7 +18,7 @@ from redis.exceptions import RedisError
 
 from ..priorities import planner
 from ..store import scripts
-from .loops import RETRY_PAUSE, WAKE_TOKEN_TTL_MS, Component, wait_event, wait_first
+from .loops import RETRY_PAUSE, Component, ring, wait_event, wait_first
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -70,13 +70,7 @@ class QueueConsumer(Component):
 
     async def unblock(self) -> None:
         """End the fetch loop's BLPOP now (a token on this consumer's own wake list)."""
-        try:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.rpush(self._wake_key, "stop")
-                pipe.pexpire(self._wake_key, WAKE_TOKEN_TTL_MS)
-                await pipe.execute()
-        except RedisError as exc:  # the BLPOP then returns at its timeout
-            logger.warning("could not wake the fetch loop of %s: %r", self.keys.name, exc)
+        await ring(self.redis, self._wake_key, f"the fetch loop of {self.keys.name}")
 
     async def _fetch_loop(self) -> None:
         """Take jobs until stopping (or, in burst mode, until the queue is drained).

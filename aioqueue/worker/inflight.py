@@ -77,8 +77,8 @@ class RunningJob:
         return self.acks.keys.name
 
     @property
-    def timed_out(self) -> bool:
-        return self.interrupt is Interrupt.TIMEOUT
+    def task_name(self) -> str:
+        return self.task.name if self.task is not None else "?"
 
     @property
     def interrupted(self) -> bool:
@@ -147,10 +147,6 @@ class RunningJob:
             )
             return failed(taken, self.task, error)
         return Settlement(taken.id, taken.lease, "release")
-
-    @property
-    def task_name(self) -> str:
-        return self.task.name if self.task is not None else "?"
 
 
 class InFlight(Component):

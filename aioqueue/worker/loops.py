@@ -12,8 +12,12 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import RedisError
+
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Sequence
+
+    from redis.asyncio import Redis
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +34,18 @@ async def wait_event(event: asyncio.Event, seconds: float) -> bool:
     except TimeoutError:
         return False
     return True
+
+
+async def ring(redis: Redis, wake_key: str, what: str) -> None:
+    """Leave a token on a loop's own wake-up list, so that its BLPOP returns now; if Redis
+    fails, the BLPOP returns at its timeout instead."""
+    try:
+        async with redis.pipeline(transaction=False) as pipe:
+            pipe.rpush(wake_key, "stop")
+            pipe.pexpire(wake_key, WAKE_TOKEN_TTL_MS)
+            await pipe.execute()
+    except RedisError as exc:
+        logger.warning("could not wake %s: %r", what, exc)
 
 
 async def wait_first(*events: asyncio.Event) -> None:

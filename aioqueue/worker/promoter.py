@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 
 from ..store import scripts
-from .loops import RETRY_PAUSE, WAKE_TOKEN_TTL_MS, Component, wait_event
+from .loops import RETRY_PAUSE, Component, ring, wait_event
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine
@@ -74,13 +74,7 @@ class Promoter(Component):
 
     async def unblock(self) -> None:
         """End the listen loop's BLPOP now (a token on this promoter's own wake list)."""
-        try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.rpush(self._wake_key, "stop")
-                pipe.pexpire(self._wake_key, WAKE_TOKEN_TTL_MS)
-                await pipe.execute()
-        except RedisError as exc:  # the BLPOP then returns at its timeout
-            logger.warning("could not wake the promoter of %s: %r", self._keys.name, exc)
+        await ring(self._redis, self._wake_key, f"the promoter of {self._keys.name}")
 
     async def _promote_loop(self) -> None:
         while not self.stopping.is_set():

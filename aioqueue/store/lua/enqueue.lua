@@ -28,6 +28,7 @@ a job with its id exists (state is then that job's state) or its tick was enqueu
 already (state 'tick-done').
 ]]
 -- @include clock
+-- @include notify
 -- @include schedule
 local notify, schedule, schedule_wake = KEYS[1], KEYS[2], KEYS[3]
 local ticks, job_prefix = KEYS[4], KEYS[5]
@@ -85,11 +86,5 @@ for i = 1, count do
   end
 end
 
-if tokens == 1 then
-  redis.call('RPUSH', notify, 1)
-elseif tokens > 1 then
-  local batch = {}
-  for i = 1, tokens do batch[i] = 1 end
-  redis.call('RPUSH', notify, unpack(batch))
-end
+push_tokens(notify, tokens)
 return out

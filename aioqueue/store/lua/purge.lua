@@ -8,15 +8,11 @@ ARGV[2..] ids   the dead jobs to purge; none means the oldest `limit`
 
 Returns the number purged.
 ]]
+-- @include dead
 local dead, job_prefix = KEYS[1], KEYS[2]
 local limit = tonumber(ARGV[1])
 
-local ids = {}
-if #ARGV > 1 then
-  for i = 2, #ARGV do ids[#ids + 1] = ARGV[i] end
-else
-  ids = redis.call('ZRANGE', dead, 0, limit - 1)
-end
+local ids = chosen_dead(dead, limit)
 
 local purged = 0
 for i = 1, #ids do

@@ -10,16 +10,12 @@ ARGV[2..] ids   the dead jobs to requeue; none means the oldest `limit`
 
 Returns {requeued, skipped}.
 ]]
+-- @include dead
 -- @include ready
 local dead, notify, job_prefix, READY = KEYS[1], KEYS[2], KEYS[3], 4
 local limit = tonumber(ARGV[1])
 
-local ids = {}
-if #ARGV > 1 then
-  for i = 2, #ARGV do ids[#ids + 1] = ARGV[i] end
-else
-  ids = redis.call('ZRANGE', dead, 0, limit - 1)
-end
+local ids = chosen_dead(dead, limit)
 
 local requeued, skipped = 0, 0
 for i = 1, #ids do

@@ -3,6 +3,7 @@
 -- workers wake for them. Entries whose record is no longer scheduled (cancelled) are only
 -- removed; entries that are not a job are buried. Each due job is promoted exactly once
 -- however many callers race, because the whole script is atomic. Returns the count.
+-- @include notify
 -- @include ready
 -- @include poison
 local function promote_due(schedule, notify, dead, seq, job_prefix, ready_first, now, limit)
@@ -22,10 +23,6 @@ local function promote_due(schedule, notify, dead, seq, job_prefix, ready_first,
       promoted = promoted + 1
     end
   end
-  if promoted > 0 then
-    local tokens = {}
-    for i = 1, promoted do tokens[i] = 1 end
-    redis.call('RPUSH', notify, unpack(tokens))
-  end
+  push_tokens(notify, promoted)
   return promoted
 end

@@ -21,6 +21,7 @@ from .settings import (
 from .store.connection import Clients, make_clients
 from .store.scripts import load_all
 from .task import TASK_DEFAULTS, Task, TaskOptions
+from .worker import Worker
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
 
     from .middleware import LifecycleHook, Middleware
-    from .worker import Worker
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -269,8 +269,6 @@ class App:
 
     def worker(self, **options: Any) -> Worker:
         """A Worker for this app; see ``Worker`` for the options."""
-        from .worker import Worker  # imported on use: producers never load the runtime
-
         return Worker(self, **options)
 
     # -- Redis ---------------------------------------------------------------------------

@@ -30,7 +30,7 @@ class TaskOptions:
     name: str
     queue: str
     timeout: float | None = 300.0
-    max_attempts: int = APP_DEFAULTS.default_max_attempts
+    max_attempts: int = APP_DEFAULTS.default_max_attempts  # app.task() passes the app's
     backoff: Backoff = field(default_factory=Exponential)
     priority: int = DEFAULT_PRIORITY
     never_retry: tuple[type[BaseException], ...] = ()

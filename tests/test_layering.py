@@ -286,8 +286,16 @@ def test_every_lua_file_has_a_typed_wrapper(name: str) -> None:
 
 
 def test_the_return_codes_are_read_in_one_table() -> None:
-    """Scripts that answer with codes are read through ``scripts.CODES`` alone."""
-    source = (PACKAGE / "store" / "scripts.py").read_text("utf-8")
-    assert source.count("CODES[") == 1
+    """Codes are given meaning in ``scripts.CODES`` alone: no other table of codes."""
+    tree = ast.parse((PACKAGE / "store" / "scripts.py").read_text("utf-8"))
+    tables = [node for node in ast.walk(tree) if isinstance(node, ast.Dict) and _int_keys(node)]
+    assert len(tables) == len(scripts.CODES)  # the inner tables of CODES, and no others
     for name in scripts.CODES:
         assert name in LUA_FILES
+
+
+def _int_keys(table: ast.Dict) -> bool:
+    keys = [key.operand if isinstance(key, ast.UnaryOp) else key for key in table.keys]
+    return bool(keys) and all(
+        isinstance(key, ast.Constant) and isinstance(key.value, int) for key in keys
+    )

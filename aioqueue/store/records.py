@@ -259,4 +259,3 @@ class Requeued:
 
 CancelCode = Literal["cancelled", "aborting", "not_found", "too_late"]
 RescheduleCode = Literal["rescheduled", "not_scheduled", "not_found"]
-AckCode = Literal["settled", "lease_lost"]

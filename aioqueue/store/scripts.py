@@ -16,7 +16,6 @@ from ..priorities import strict_plan
 from . import wire
 from .loader import Arg, Script
 from .records import (
-    AckCode,
     CancelCode,
     Enqueued,
     Extended,
@@ -72,6 +71,9 @@ CODES: dict[str, dict[int, str]] = {
 
 def _meaning(script: str, code: Any) -> str:
     return CODES[script][int(code)]
+
+
+_LEASE_LOST = next(code for code, meaning in CODES["ack"].items() if meaning == "lease_lost")
 
 
 # -- enqueue -------------------------------------------------------------------------
@@ -278,7 +280,7 @@ async def ack(
         ],
         args,
     )  # fmt: skip
-    return [cast("AckCode", _meaning("ack", code)) == "settled" for code in codes]
+    return [int(code) != _LEASE_LOST for code in codes]  # one code per job: hot
 
 
 # -- time: reclaim, extend -----------------------------------------------------------

@@ -20,7 +20,7 @@ from ..store import heartbeats
 from .loops import Component, wait_event
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine, Sequence
+    from collections.abc import Coroutine, Sequence, Sized
 
     from redis.asyncio import Redis
 
@@ -42,11 +42,11 @@ class Heartbeat(Component):
         *,
         worker_id: str,
         concurrency: int,
-        running: Callable[[], int],
+        running: Sized,
     ) -> None:
         super().__init__()
         self._redis, self._queues, self._worker_id = redis, queues, worker_id
-        self._running = running
+        self._running = running  # the running jobs (only counted)
         self._static = {
             "id": worker_id, "host": socket.gethostname(), "pid": os.getpid(),
             "queues": [keys.name for keys in queues], "concurrency": concurrency,
@@ -64,7 +64,7 @@ class Heartbeat(Component):
         await self.clear()
 
     async def beat(self) -> None:
-        info = orjson.dumps({**self._static, "running": self._running(), "beat_at": time.time()})
+        info = orjson.dumps({**self._static, "running": len(self._running), "beat_at": time.time()})
         try:
             for keys in self._queues:
                 await heartbeats.beat(self._redis, keys, self._worker_id, info, ttl_ms=BEAT_TTL_MS)

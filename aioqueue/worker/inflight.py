@@ -3,16 +3,19 @@
 A taken job waits for a slot (``slots``), runs in an asyncio task of its own (the runner
 decides what it runs and what the outcome means), and is settled exactly once: its
 Settlement goes straight to its queue's ack batcher. Everything that can cut a run short
-lives here, as one reason per job, the strongest winning:
+lives here. Each cancels the job's task (again, if it was already) and records its
+reason; the strongest reason recorded decides how the interrupted run is settled:
 
   TIMEOUT   its deadline passed (``deadlines``): a failed attempt, retried by policy
   SHUTDOWN  the worker is stopping past its grace period: back to ready, attempt not counted
-  OVERDUE   it swallowed its timeout's cancellation: cancelled again, then settled as a
-            HandlerTimeout failure; if it still runs, it is abandoned (its slot freed)
+  OVERDUE   still running a second past its deadline (it swallowed the cancellation): the
+            watchdog cancels it again; a HandlerTimeout failure
   ABORT     ``cancel()`` of a running job: it ends cancelled, not retried
 
-A job that waits for a slot and never starts is handed back: to ready (release, attempt
-not counted) or, on an abort, cancelled.
+A handler still running a second after the watchdog's cancellation is abandoned: the job
+is settled by its reason without it, and its slot is freed. A job that waits for a slot
+and never starts is handed back: to ready (release, attempt not counted) or, on an abort,
+cancelled.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ class RunningJob:
     timeout: float | None = None
     deadline: float | None = None  # event-loop time; None unless its handler runs timed
     interrupt: Interrupt | None = None
+    overdue_since: float | None = None  # when the watchdog cancelled it again
     settled: bool = False
 
     @property
@@ -88,27 +92,28 @@ class RunningJob:
         )
 
     def cancel(self, reason: Interrupt) -> None:
-        """Cancel the job's task for ``reason``, unless a stronger reason did already."""
+        """Cancel the job's task (again, if it was already) and record ``reason``, unless
+        a stronger reason is recorded already."""
         if self.settled or self.handle is None:
             return
-        if self.interrupt is None or reason >= self.interrupt:
+        if self.interrupt is None or reason > self.interrupt:
             self.interrupt = reason
-            self.handle.cancel()
+        self.handle.cancel()
 
     def time_out(self) -> None:
         """Its deadline passed (called by ``Deadlines``)."""
-        if self.interrupt is None:
-            self.cancel(Interrupt.TIMEOUT)
+        self.cancel(Interrupt.TIMEOUT)
 
     async def call_handler(self, call: CallNext) -> Any:
         """Await the handler under the job's timeout. Raises what the handler raised;
         TimeoutError or HandlerTimeout when it ran out of time (cancelled at its deadline,
         or it swallowed that cancellation, or it blocked the event loop past it); and
         CancelledError when the job is interrupted otherwise."""
+        if self.timeout is None:
+            return await call()
         loop = asyncio.get_running_loop()
         started = loop.time()
-        if self.timeout is not None:
-            self.deadlines.watch(self, started + self.timeout)
+        self.deadlines.watch(self, started + self.timeout)
         try:
             result = await call()
         except asyncio.CancelledError:
@@ -119,7 +124,7 @@ class RunningJob:
             self._handler_ended()
             raise
         elapsed = loop.time() - started
-        if self._handler_ended() or (self.timeout is not None and elapsed > self.timeout):
+        if self._handler_ended() or elapsed > self.timeout:
             raise HandlerTimeout(
                 f"{self.task_name} ran {elapsed:.3f}s, over its {self.timeout}s timeout "
                 "(it swallowed the cancellation or blocked the event loop)"
@@ -229,8 +234,9 @@ class InFlight(Component):
                 job.cancel(Interrupt.ABORT)
 
     def stop_taking(self) -> None:
-        """No job starts from now on; wakes whoever waits for room in the slots."""
-        self.slots.interrupt()
+        """Shutdown: jobs waiting for a slot stay waiting (``finish`` hands them back);
+        wakes whoever waits for room in the slots."""
+        self.slots.stop_starting()
 
     def cancel_all(self) -> None:
         for job in list(self.running.values()):
@@ -271,9 +277,10 @@ class InFlight(Component):
         for task, job in list(self.running.items()):
             if job.deadline is None or now < job.deadline + OVERDUE_GRACE:
                 continue
-            if job.interrupt is None or job.interrupt < Interrupt.OVERDUE:
+            if job.overdue_since is None:
+                job.overdue_since = now
                 job.cancel(Interrupt.OVERDUE)
-            elif now >= job.deadline + 2 * OVERDUE_GRACE:
+            elif now >= job.overdue_since + OVERDUE_GRACE:
                 logger.error(
                     "job %s (%s) ignored cancellation at its %ss timeout: settled as timed "
                     "out, handler abandoned", job.taken.job_id, job.task_name, job.timeout,

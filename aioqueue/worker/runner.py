@@ -60,12 +60,15 @@ async def run_job(job: RunningJob, env: RunEnv) -> Settlement:
     taken = job.taken
     try:
         payload = Payload.decode(taken.payload)
-        task = _find(env, payload.task)
-        _check_arguments(task, payload)
+        task = env.find_task(payload.task)
+        if task is None:
+            raise UnknownTask(payload.task)
     except (PayloadError, UnknownTask) as exc:
         return bury(taken, type(exc).__name__, str(exc))
+    try:
+        task.check_arguments(payload.args, payload.kwargs)
     except TypeError as exc:  # retrying cannot help: the same arguments come back
-        return bury(taken, "TypeError", str(exc))
+        return bury(taken, "TypeError", f"wrong arguments for {task.name}: {exc}")
     job.task, job.timeout = task, payload.timeout or task.options.timeout
     context = JobContext(
         taken.job_id, job.queue, task.name, taken.attempts,
@@ -87,20 +90,6 @@ async def run_job(job: RunningJob, env: RunEnv) -> Settlement:
     except BaseException as exc:
         return await _after(task, context, failed(taken, task, exc), exc)
     return await _after(task, context, Settlement(taken.id, taken.lease, "complete", data), result)
-
-
-def _find(env: RunEnv, name: str) -> Task[..., Any]:
-    task = env.find_task(name)
-    if task is None:
-        raise UnknownTask(name)
-    return task
-
-
-def _check_arguments(task: Task[..., Any], payload: Payload) -> None:
-    try:
-        task.check_arguments(payload.args, payload.kwargs)
-    except TypeError as exc:
-        raise TypeError(f"wrong arguments for {task.name}: {exc}") from exc
 
 
 async def _after(

@@ -46,7 +46,7 @@ class Slots(Generic[T]):
         self._reserved = 0
         self._waiting: deque[tuple[float, T]] = deque()
         self._changed = asyncio.Event()
-        self._interrupted = False
+        self._stopped = False  # stop_starting() was called
 
     @property
     def waiting(self) -> int:
@@ -85,7 +85,7 @@ class Slots(Generic[T]):
     def end(self) -> None:
         """A job ended: its slot goes to the longest-waiting job, if any."""
         self.ended += 1
-        if self._waiting and not self._interrupted:
+        if self._waiting and not self._stopped:
             _, job = self._waiting.popleft()
             self._start(job)
         else:
@@ -124,11 +124,13 @@ class Slots(Generic[T]):
         return stale
 
     async def wait_change(self) -> None:
-        """Return when a job ends, room is given back, or interrupt() is called."""
-        if not self._interrupted:
+        """Return when a job ends, room is given back, or stop_starting() is called."""
+        if not self._stopped:
             self._changed.clear()
             await self._changed.wait()
 
-    def interrupt(self) -> None:
-        self._interrupted = True
+    def stop_starting(self) -> None:
+        """Shutdown: a slot that frees no longer starts a waiting job (they go back to
+        ready); wakes wait_change()."""
+        self._stopped = True
         self._changed.set()

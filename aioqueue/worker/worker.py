@@ -186,7 +186,7 @@ class Worker:
             ),
             Heartbeat(
                 redis, queues, worker_id=self.id, concurrency=settings.concurrency,
-                running=lambda: self.running,
+                running=inflight.running,
             ),
         ]  # fmt: skip
 

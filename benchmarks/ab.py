@@ -1,0 +1,116 @@
+"""A/B of aioqueue's hot path between a base commit and this checkout, in one sitting.
+
+    .venv/bin/python -m benchmarks.ab --base 676f4f4 [--rounds 5] [--jobs 20000]
+
+For "no regression" claims on a shared, noisy machine: both sides run the same probe
+(this file) on the same redis-server, alternating base / this checkout round by round, so
+drift in the machine's load hits both alike. The base is a ``git worktree`` of ``--base``
+(made in a temporary directory and removed after), imported through PYTHONPATH; the probe
+uses only the public API, so it runs against any version.
+
+The probe, per run: enqueue N no-op jobs with ``enqueue_many`` (fill rate), then drain
+them with one burst worker in this process (concurrency 100), timed from worker start to
+drained, and the process's CPU time per job during the drain (the worker's whole cost: no
+producer runs meanwhile). The table gives the median of the rounds per side and their
+ratio (this checkout / base; > 1 means more for rates, more CPU for costs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+METRICS = {  # name: (label, higher is better)
+    "fill": ("enqueue_many fill (jobs/s)", True),
+    "drain": ("drain, 1 in-process burst worker (jobs/s)", True),
+    "drain_cpu_us": ("drain: process CPU per job (µs)", False),
+}
+
+
+async def probe(url: str, prefix: str, jobs: int) -> dict[str, float]:
+    import aioqueue  # the side's own package, by PYTHONPATH
+
+    app = aioqueue.App(redis_url=url, prefix=prefix, default_queue="ab")
+
+    @app.task(queue="ab")
+    async def noop(n: int) -> None:
+        return None
+
+    queue = app.queue("ab")
+    started = time.perf_counter()
+    for start in range(0, jobs, 1000):
+        await queue.enqueue_many(noop.enqueue(n) for n in range(start, min(jobs, start + 1000)))
+    fill = jobs / (time.perf_counter() - started)
+    worker = app.worker(burst=True, concurrency=100)
+    cpu, wall = time.process_time(), time.perf_counter()
+    await worker.run_until_idle()
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    await app.close()
+    assert worker.outcomes["complete"] == jobs, worker.outcomes
+    return {"fill": fill, "drain": jobs / wall, "drain_cpu_us": cpu / jobs * 1e6}
+
+
+def run_side(tree: Path, url: str, prefix: str, jobs: int) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    command = [sys.executable, "-m", "benchmarks.ab", "--probe", url, prefix, str(jobs)]
+    out = subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, text=True)
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def compare(base: str, rounds: int, jobs: int) -> None:
+    from aioqueue.store.embedded import EmbeddedServer
+
+    workdir = Path(tempfile.mkdtemp(prefix="aioqueue-ab-"))
+    tree = workdir / "base"
+    subprocess.run(
+        ["git", "worktree", "add", "-q", "--detach", str(tree), base], cwd=ROOT, check=True
+    )
+    results: dict[str, list[dict[str, float]]] = {"base": [], "this": []}
+    try:
+        with EmbeddedServer() as server:
+            for n in range(rounds):
+                for side, path in (("base", tree), ("this", ROOT)):
+                    results[side].append(run_side(path, server.url, f"ab{n}{side}", jobs))
+                    print(f"round {n + 1} {side}: {results[side][-1]}", file=sys.stderr)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
+        shutil.rmtree(workdir, ignore_errors=True)
+    report(base, rounds, jobs, results)
+
+
+def report(base: str, rounds: int, jobs: int, results: dict[str, list[dict[str, float]]]) -> None:
+    print(f"A/B, {jobs:,} no-op jobs, median of {rounds} alternating rounds; base {base}\n")
+    print("| metric | base | this checkout | this / base |")
+    print("|---|---:|---:|---:|")
+    for key, (label, _) in METRICS.items():
+        base_median = statistics.median(run[key] for run in results["base"])
+        this_median = statistics.median(run[key] for run in results["this"])
+        ratio = this_median / base_median
+        print(f"| {label} | {base_median:,.1f} | {this_median:,.1f} | {ratio:.3f} |")
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--probe":
+        url, prefix, jobs = sys.argv[2], sys.argv[3], int(sys.argv[4])
+        print(json.dumps(asyncio.run(probe(url, prefix, jobs))))
+        return
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.ab", description=__doc__)
+    parser.add_argument("--base", required=True, help="the commit to compare with")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--jobs", type=int, default=20_000)
+    args = parser.parse_args()
+    compare(args.base, args.rounds, args.jobs)
+
+
+if __name__ == "__main__":
+    main()

@@ -67,10 +67,11 @@ class Recorder:
             self._loop = loop
         return self._client
 
-    async def record(self, job: str) -> None:
-        """Record one execution of ``job`` (called first thing by every handler)."""
+    async def record(self, job: str, at: float | None = None) -> None:
+        """Record one execution of ``job`` (called first thing by every handler), started
+        ``at`` (default: now)."""
         attempt = aioqueue.current_job().attempt
-        value = f"{os.getpid()} {attempt} {time.time():.6f}"
+        value = f"{os.getpid()} {attempt} {time.time() if at is None else at:.6f}"
         await self.client().hset(self.runs_key, f"{job}|{secrets.token_hex(8)}", value)
 
     def record_sync(self, job: str) -> None:
@@ -164,13 +165,25 @@ async def asks_retry(job: str) -> None:
     raise aioqueue.Retry(delay=0.3)
 
 
+_RECORDING: set[asyncio.Task[None]] = set()
+
+
+def record_in_background(job: str) -> None:
+    """Record the run in a task of its own, for the handlers below with short timeouts:
+    their timeout must land in the misbehaviour they test, never in the recording write
+    (which it could, when ``blocks_loop`` blocks the loop while the write is in flight)."""
+    task = asyncio.ensure_future(recorder().record(job, at=time.time()))
+    _RECORDING.add(task)
+    task.add_done_callback(_RECORDING.discard)
+
+
 async def hangs(job: str) -> None:
-    await recorder().record(job)
+    record_in_background(job)
     await asyncio.sleep(3600)
 
 
 async def swallows_cancellation(job: str) -> str:
-    await recorder().record(job)
+    record_in_background(job)
     try:
         await asyncio.sleep(3600)
     except asyncio.CancelledError:
@@ -179,7 +192,7 @@ async def swallows_cancellation(job: str) -> str:
 
 
 async def ignores_cancellation(job: str) -> None:
-    await recorder().record(job)
+    record_in_background(job)
     while True:  # swallows every cancellation: only the watchdog can settle the job
         try:
             await asyncio.sleep(3600)
@@ -188,7 +201,7 @@ async def ignores_cancellation(job: str) -> None:
 
 
 async def blocks_loop(job: str) -> str:
-    await recorder().record(job)
+    record_in_background(job)
     time.sleep(1.2)  # noqa: ASYNC251 - the point: it blocks the worker's event loop
     return "blocked"
 

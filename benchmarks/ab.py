@@ -9,7 +9,8 @@ drift in the machine's load hits both alike. The base is a ``git worktree`` of `
 uses only the public API, so it runs against any version.
 
 The probe, per run: enqueue N no-op jobs with ``enqueue_many`` (fill rate), then drain
-them with one burst worker in this process (concurrency 100), timed from worker start to
+them with one burst worker in this process (concurrency 100; the task's timeout is
+``--task-timeout``, 300 s by default as in ``@app.task``), timed from worker start to
 drained, and the process's CPU time per job during the drain (the worker's whole cost: no
 producer runs meanwhile). The table gives the median of the rounds per side and their
 ratio (this checkout / base; > 1 means more for rates, more CPU for costs).
@@ -37,12 +38,12 @@ METRICS = {  # name: (label, higher is better)
 }
 
 
-async def probe(url: str, prefix: str, jobs: int) -> dict[str, float]:
+async def probe(url: str, prefix: str, jobs: int, timeout: float | None) -> dict[str, float]:
     import aioqueue  # the side's own package, by PYTHONPATH
 
     app = aioqueue.App(redis_url=url, prefix=prefix, default_queue="ab")
 
-    @app.task(queue="ab")
+    @app.task(queue="ab", timeout=timeout)
     async def noop(n: int) -> None:
         return None
 
@@ -60,14 +61,14 @@ async def probe(url: str, prefix: str, jobs: int) -> dict[str, float]:
     return {"fill": fill, "drain": jobs / wall, "drain_cpu_us": cpu / jobs * 1e6}
 
 
-def run_side(tree: Path, url: str, prefix: str, jobs: int) -> dict[str, float]:
+def run_side(tree: Path, url: str, prefix: str, jobs: int, timeout: str) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    command = [sys.executable, "-m", "benchmarks.ab", "--probe", url, prefix, str(jobs)]
+    command = [sys.executable, "-m", "benchmarks.ab", "--probe", url, prefix, str(jobs), timeout]
     out = subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, text=True)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def compare(base: str, rounds: int, jobs: int) -> None:
+def compare(base: str, rounds: int, jobs: int, timeout: str) -> None:
     from aioqueue.store.embedded import EmbeddedServer
 
     workdir = Path(tempfile.mkdtemp(prefix="aioqueue-ab-"))
@@ -80,7 +81,8 @@ def compare(base: str, rounds: int, jobs: int) -> None:
         with EmbeddedServer() as server:
             for n in range(rounds):
                 for side, path in (("base", tree), ("this", ROOT)):
-                    results[side].append(run_side(path, server.url, f"ab{n}{side}", jobs))
+                    run = run_side(path, server.url, f"ab{n}{side}", jobs, timeout)
+                    results[side].append(run)
                     print(f"round {n + 1} {side}: {results[side][-1]}", file=sys.stderr)
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
@@ -101,15 +103,19 @@ def report(base: str, rounds: int, jobs: int, results: dict[str, list[dict[str, 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--probe":
-        url, prefix, jobs = sys.argv[2], sys.argv[3], int(sys.argv[4])
-        print(json.dumps(asyncio.run(probe(url, prefix, jobs))))
+        url, prefix, jobs, timeout = sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+        seconds = None if timeout == "none" else float(timeout)
+        print(json.dumps(asyncio.run(probe(url, prefix, jobs, seconds))))
         return
     parser = argparse.ArgumentParser(prog="python -m benchmarks.ab", description=__doc__)
     parser.add_argument("--base", required=True, help="the commit to compare with")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument(
+        "--task-timeout", default="300", help="the no-op task's timeout in seconds, or 'none'"
+    )
     args = parser.parse_args()
-    compare(args.base, args.rounds, args.jobs)
+    compare(args.base, args.rounds, args.jobs, args.task_timeout)
 
 
 if __name__ == "__main__":

@@ -25,20 +25,21 @@ logger = logging.getLogger(__name__)
 
 
 class AbortListener(Component):
-    """Subscribes to the abort channels of a worker's queues and reports job ids heard."""
+    """Subscribes to the abort channels of a worker's queues and reports (queue, job id)
+    for each message: a job id names a job within its queue only."""
 
     def __init__(
         self,
         redis: Redis,
         queues: Sequence[QueueKeys],
-        on_abort: Callable[[bytes], None],
+        on_abort: Callable[[str, bytes], None],
         *,
         worker_id: str,
         poll: float,
     ) -> None:
         super().__init__()
         self._redis, self._on_abort, self._poll = redis, on_abort, poll
-        self._channels = [keys.abort_channel for keys in queues]
+        self._queue_of = {keys.abort_channel.encode(): keys.name for keys in queues}
         self._wake_channel = queues[0].abort_wake(worker_id)  # a message here ends a wait
 
     def loops(self) -> list[Coroutine[Any, Any, None]]:
@@ -62,11 +63,11 @@ class AbortListener(Component):
     async def _listen(self) -> None:
         pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
         try:
-            await pubsub.subscribe(*self._channels, self._wake_channel)
-            wake = self._wake_channel.encode()
+            await pubsub.subscribe(*self._queue_of, self._wake_channel)
             while not self.stopping.is_set():
                 message = await pubsub.get_message(timeout=self._poll)
-                if message is not None and message.get("channel") != wake:
-                    self._on_abort(bytes(message["data"]))
+                queue = self._queue_of.get(message["channel"]) if message is not None else None
+                if message is not None and queue is not None:
+                    self._on_abort(queue, bytes(message["data"]))
         finally:
             await pubsub.aclose()  # type: ignore[no-untyped-call]

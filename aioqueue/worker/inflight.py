@@ -219,17 +219,21 @@ class InFlight(Component):
 
     # -- requests from outside: abort, shutdown --------------------------------------------
 
-    def abort(self, job_id: bytes) -> None:
-        """An abort request: a job waiting for a slot ends at once, a running one is
-        cancelled."""
-        waiting = self.slots.take_waiting(lambda job: job.taken.id == job_id)
+    def abort(self, queue: str, job_id: bytes) -> None:
+        """An abort request for job ``job_id`` of ``queue``: waiting for a slot, it ends at
+        once; running, it is cancelled. (An id names a job within its queue only.)"""
+        waiting = self.slots.take_waiting(lambda job: job.taken.id == job_id and job.queue == queue)
         for job in waiting:
             logger.info("job %s: cancelled on request before it started", job.taken.job_id)
             self._hand_back(job, aborted=True)
         if waiting:
             return
         for job in list(self.running.values()):
-            if job.taken.id == job_id and job.interrupt is not Interrupt.ABORT:
+            if (
+                job.taken.id == job_id
+                and job.queue == queue
+                and job.interrupt is not Interrupt.ABORT
+            ):
                 logger.info("job %s: aborting on request", job.taken.job_id)
                 job.cancel(Interrupt.ABORT)
 

@@ -37,7 +37,7 @@ class LeaseKeeper(Component):
         reclaim_interval: float,
         default_max_attempts: int,
         result_ttl_ms: int,
-        on_abort: Callable[[bytes], None],
+        on_abort: Callable[[str, bytes], None],
     ) -> None:
         super().__init__()
         self._queues = queues
@@ -68,7 +68,7 @@ class LeaseKeeper(Component):
                     logger.warning("renewing leases on %s failed: %r", queue.keys.name, exc)
                     continue
                 for job_id in extended.aborted:
-                    self._on_abort(job_id)
+                    self._on_abort(queue.keys.name, job_id)
                 for job_id in extended.lost:
                     logger.warning(
                         "job %s of %s: lease lost while running (stalled past its lease?)",

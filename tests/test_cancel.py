@@ -8,7 +8,7 @@ import pytest
 from redis.asyncio import Redis
 
 import aioqueue
-from tests.helpers import wait_until
+from tests.helpers import counts, drain, wait_until
 
 
 async def _status_is(job: aioqueue.Job[object], status: aioqueue.JobStatus) -> bool:
@@ -127,3 +127,25 @@ async def test_an_abort_seen_at_lease_renewal_stays_within_its_queue(
         release.set()
         assert await second.result(timeout=5) == "done"
         assert worker.outcomes == {"abort": 1, "complete": 1}
+
+
+async def test_counts_leave_out_cancelled_jobs(app: aioqueue.App, redis: Redis) -> None:
+    """A cancelled queued job keeps its ready entry until a take skips it (O(1) cancel);
+    counts() must not show it as ready, before or after the skip."""
+
+    @app.task(queue="q")
+    async def noop(n: int) -> int:
+        return n
+
+    queue = app.queue("q")
+    jobs = [await noop.enqueue(n) for n in range(3)]
+    for job in jobs:
+        assert await job.cancel() is True
+    assert await queue.counts() == counts()
+    kept = await noop.enqueue(3)
+    assert await queue.counts() == counts(ready=1)
+    outcomes = await drain(app, queues=["q"])
+    assert outcomes == {"complete": 1}
+    assert await kept.result(timeout=1) == 3
+    assert await queue.counts() == counts()
+    assert int(await redis.get(queue.keys.skips) or 0) == 0  # every skip taken back

@@ -262,7 +262,7 @@ def test_the_packed_take_is_the_command_redis_py_would_send() -> None:
     ]:
         script_keys: list[str] = [
             keys.active, keys.notify, keys.dead, keys.seq, keys.job_prefix,
-            *keys.ready_lists(), keys.schedule, keys.taken(lease),
+            *keys.ready_lists(), keys.schedule, keys.skips, keys.taken(lease),
         ]  # fmt: skip
         args: list[str | int] = [lease, *numbers, *(n for pair in pairs for n in pair)]
         command = ("EVALSHA", scripts._TAKE.sha, len(script_keys), *script_keys, *args)

@@ -44,16 +44,19 @@ async def scheduled(
 
 
 async def counts(redis: Redis, keys: QueueKeys) -> QueueCounts:
-    """Ready, scheduled, active and dead jobs (one round trip)."""
-    async with redis.pipeline(transaction=False) as pipe:
+    """Ready, scheduled, active and dead jobs (one round trip, one snapshot). Ready is
+    what the ready lists hold less the entries of cancelled jobs that take will skip."""
+    async with redis.pipeline(transaction=True) as pipe:
         for key in keys.ready_lists():
             pipe.llen(key)
+        pipe.get(keys.skips)
         pipe.zcard(keys.schedule)
         pipe.zcard(keys.active)
         pipe.zcard(keys.dead)
         replies = await pipe.execute()
-    *ready, scheduled, active, dead = (int(n) for n in replies)
-    return QueueCounts(sum(ready), scheduled, active, dead)
+    *ready, skips, scheduled, active, dead = replies
+    listed = sum(int(n) for n in ready)
+    return QueueCounts(max(0, listed - int(skips or 0)), int(scheduled), int(active), int(dead))
 
 
 async def dead_jobs(redis: Redis, keys: QueueKeys, *, limit: int, offset: int) -> list[JobInfo]:

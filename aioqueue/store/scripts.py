@@ -181,7 +181,7 @@ async def enqueue(
 # -- take, promote, ack --------------------------------------------------------------
 
 
-_TAKE_KEYS = 17  # as take.lua lists them
+_TAKE_KEYS = 18  # as take.lua lists them
 _TAKE_ARGC = 3 + _TAKE_KEYS + 6  # EVALSHA sha numkeys, KEYS, ARGV before the plan's pairs
 
 
@@ -191,7 +191,7 @@ def _take_head(keys: QueueKeys) -> bytes:
     (the lease's own ``taken`` list): the same for every take of the queue."""
     script_keys = [
         keys.active, keys.notify, keys.dead, keys.seq, keys.job_prefix, *keys.ready_lists(),
-        keys.schedule,
+        keys.schedule, keys.skips,
     ]  # fmt: skip
     count = b"%d" % _TAKE_KEYS
     return wire.bulk(b"EVALSHA", _TAKE.sha.encode(), count, *(key.encode() for key in script_keys))
@@ -322,7 +322,9 @@ async def cancel(
 ) -> tuple[CancelCode, str]:
     """Cancel a queued or scheduled job, or ask for a running job's abort."""
     code, state = await _CANCEL(
-        redis, [keys.job(job_id), keys.schedule], [job_id, result_ttl_ms, keys.abort_channel]
+        redis,
+        [keys.job(job_id), keys.schedule, keys.skips],
+        [job_id, result_ttl_ms, keys.abort_channel],
     )
     return cast("CancelCode", _meaning("cancel", code)), _text(state)
 

@@ -1,11 +1,13 @@
 --[[ cancel: stop a job. A queued job is marked cancelled and its ready entry is skipped at
-take time (O(1), no scan of the list); a scheduled job leaves the schedule (O(log n)); a
+take time (O(1), no scan of the list; the skips counter says how many such entries the
+ready lists hold, so that counts stay true); a scheduled job leaves the schedule (O(log n)); a
 running job is marked for abort (field ab) and its id is published on the queue's abort
 channel, so that whichever worker runs it cancels its asyncio task at once (workers that
 miss the message see the mark when they renew leases, and reclaim honours it).
 
 KEYS[1] job        HASH  the job record
 KEYS[2] schedule   ZSET  job id -> due time (ms)
+KEYS[3] skips      STRING ready entries of cancelled jobs
 ARGV[1] id
 ARGV[3] abort_channel  pub/sub channel of the queue's aborts
 ARGV[2] result_ttl_ms  how long a cancelled scheduled record is kept (0: deleted). A
@@ -16,7 +18,7 @@ cancellable (state says why: complete, dead, ...); -1 no such job.
 ]]
 -- @include clock
 -- @include record
-local job, schedule = KEYS[1], KEYS[2]
+local job, schedule, skips = KEYS[1], KEYS[2], KEYS[3]
 local id, result_ttl_ms, abort_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 
 local state = redis.call('HGET', job, 's')
@@ -34,5 +36,7 @@ redis.call('HSET', job, 's', 'cancelled', 'ft', now,
 if state == 'scheduled' then -- no entry left anywhere: the record may expire now
   redis.call('ZREM', schedule, id)
   expire_record(job, result_ttl_ms)
+else -- its ready entry stays until take skips it
+  redis.call('INCR', skips)
 end
 return {1, 'cancelled'}

@@ -26,7 +26,8 @@ KEYS[4]     seq       STRING counter for minted ids
 KEYS[5]     job_prefix        prefix of job records; carries the queue's hash tag
 KEYS[6..15] ready     LIST  ready lists of priorities 0..9
 KEYS[16]    schedule  ZSET  job id -> due time (ms)
-KEYS[17]    taken     LIST  ids this lease token took (expires with the lease): if the same
+KEYS[17]    skips     STRING ready entries of cancelled jobs; less one per entry skipped
+KEYS[18]    taken     LIST  ids this lease token took (expires with the lease): if the same
                             call comes again (a client resend after a lost reply), it gets
                             the same jobs back instead of stranding them and taking more.
                             Last, so that the keys before it are the same for every call
@@ -49,7 +50,7 @@ time), next_due_ms the schedule's head after this call (-1 if empty, or if not p
 -- @include poison
 -- @include promote_due
 local active, notify, dead, seq, job_prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local READY, schedule, taken_key = 6, KEYS[16], KEYS[17]
+local READY, schedule, skips, taken_key = 6, KEYS[16], KEYS[17], KEYS[18]
 local lease, lease_ms, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local woken, result_ttl_ms = tonumber(ARGV[4]), tonumber(ARGV[5])
 local promote_limit = tonumber(ARGV[6])
@@ -109,6 +110,7 @@ local function take_one(id)
     bury_foreign(dead, seq, job_prefix, now, id, 'ready entry has no job record')
   elseif state == 'cancelled' then -- its last ready entry: the record may expire now
     expire_record(key, result_ttl_ms)
+    redis.call('DECR', skips)
   end
   -- any other state (a duplicate entry of a queued or running job): already recorded
 end

@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 from collections import Counter
+from collections.abc import Sized
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -46,6 +47,48 @@ async def test_reschedule_to_a_time_and_list_in_due_order(app: aioqueue.App) -> 
     due = int((now + timedelta(hours=1)).timestamp() * 1000)
     assert listed[0].due_ms == due
     assert [job.id for job in await app.queue().scheduled(limit=1, offset=1)] == [second.id]
+
+
+async def test_jobs_due_at_the_same_time_run_in_the_order_they_were_scheduled(
+    app: aioqueue.App,
+) -> None:
+    """FIFO within a priority holds for promoted jobs too: ties on the due time (ms) keep
+    the order in which the jobs were scheduled, whatever their ids."""
+    ran: list[int] = []
+
+    @app.task
+    async def record(n: int) -> None:
+        ran.append(n)
+
+    at = datetime.now(UTC) + timedelta(seconds=0.3)
+    for n in range(10):  # random ids: ordered by id, they would run shuffled
+        await record.enqueue(n).options(at=at)
+    same_ms = {job.due_ms for job in await app.queue().scheduled()}
+    assert len(same_ms) == 1
+    async with app.worker(concurrency=1):
+        await wait_until(lambda: _ran(ran, 10))
+    assert ran == list(range(10))
+
+
+async def test_ties_stay_fifo_after_reschedule(app: aioqueue.App) -> None:
+    ran: list[str] = []
+    at = datetime.now(UTC) + timedelta(seconds=0.3)
+
+    @app.task
+    async def record(name: str) -> None:
+        ran.append(name)
+
+    names = "abcdefgh"
+    jobs = [await record.enqueue(name).options(at=at + timedelta(hours=1)) for name in names]
+    for job in reversed(jobs):  # moved in the order h .. a: that is their order now
+        assert await job.reschedule(at=at) is True
+    async with app.worker(concurrency=1):
+        await wait_until(lambda: _ran(ran, len(names)))
+    assert "".join(ran) == names[::-1]
+
+
+async def _ran(ran: Sized, count: int) -> bool:
+    return len(ran) >= count
 
 
 async def test_many_pollers_promote_each_job_once(app: aioqueue.App) -> None:

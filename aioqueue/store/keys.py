@@ -11,7 +11,7 @@ Roles:
   wake:<l>:<w> LIST a private wake-up list of one blocking loop (l) of worker w: a token
               ends its BLPOP at once (shutdown) without cancelling a redis-py call
   take:<l>    LIST  ids one take call leased (so a resent take returns the same jobs)
-  schedule    ZSET  job id -> due time (ms, Redis clock)
+  schedule    ZSET  job id -> due time (ms, Redis clock; a fraction of a ms keeps ties FIFO)
   schedule:wake LIST at most one token; wakes a poller when an earlier job is scheduled
   active      ZSET  job id -> lease deadline (ms, Redis clock)
   dead        ZSET  job id -> time it was buried (ms)

@@ -52,8 +52,7 @@ local function schedule_retry(id, key, data, delay_ms)
   end
   local due = now + delay_ms
   redis.call('HSET', key, 's', 'scheduled', 'e', data)
-  redis.call('ZADD', schedule, due, id)
-  wake_if_head(schedule, schedule_wake, id, due)
+  schedule_at(schedule, schedule_wake, id, due)
 end
 
 local function settle(id, lease, outcome, data, delay_ms)

@@ -73,8 +73,7 @@ for i = 1, count do
     if due > now then
       redis.call('HSET', job, 'p', ARGV[base + 1], 's', 'scheduled', 'n', 0,
         'm', ARGV[base + 3], 'pr', ARGV[base + 2], 'et', now)
-      redis.call('ZADD', schedule, due, id)
-      wake_if_head(schedule, schedule_wake, id, due)
+      schedule_at(schedule, schedule_wake, id, due)
       out[2 * i - 1], out[2 * i] = 1, 'scheduled'
     else
       redis.call('HSET', job, 'p', ARGV[base + 1], 's', 'queued', 'n', 0,

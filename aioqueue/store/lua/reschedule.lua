@@ -24,6 +24,5 @@ local due = now
 if delay_ms > 0 then due = now + delay_ms end
 if due_ms > due then due = due_ms end
 
-redis.call('ZADD', schedule, 'XX', due, id)
-wake_if_head(schedule, schedule_wake, id, due)
+schedule_at(schedule, schedule_wake, id, due, 'XX')
 return {1, state}

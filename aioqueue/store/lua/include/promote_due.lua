@@ -7,7 +7,7 @@
 -- @include ready
 -- @include poison
 local function promote_due(schedule, notify, dead, seq, job_prefix, ready_first, now, limit)
-  local due = redis.call('ZRANGEBYSCORE', schedule, '-inf', now, 'LIMIT', 0, limit)
+  local due = redis.call('ZRANGEBYSCORE', schedule, '-inf', '(' .. (now + 1), 'LIMIT', 0, limit)
   if #due == 0 then return 0 end
   redis.call('ZREM', schedule, unpack(due))
   local promoted = 0

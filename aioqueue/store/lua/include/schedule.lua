@@ -1,7 +1,22 @@
--- schedule: after `id` was scheduled at `due` (ms), wake a sleeping promoter if `id` is
--- now the schedule's head (the earliest due job). schedule_wake holds at most one token:
--- one is enough to make every waiting promoter re-read the schedule.
-local function wake_if_head(schedule, schedule_wake, id, due)
+-- schedule: put job `id` on the schedule, due at `due` (ms), in FIFO order among the jobs
+-- due in the same millisecond: its score is `due` plus a fraction of a millisecond just
+-- above the latest entry due in that millisecond (1/4096 apart, exact in a double for
+-- epoch ms; past 4096 in one millisecond, ties fall back to the order of ids). Due is the
+-- score's integer part: a promoter takes every entry below now + 1.
+-- Then wake a sleeping promoter if `id` is now the schedule's head. schedule_wake holds at
+-- most one token: one is enough to make every waiting promoter re-read the schedule.
+local TIE = 1 / 4096
+
+local function schedule_at(schedule, schedule_wake, id, due, flag)
+  local score = due
+  local last = redis.call('ZREVRANGEBYSCORE', schedule, '(' .. (due + 1), due, 'WITHSCORES',
+    'LIMIT', 0, 1)
+  if last[2] then score = math.min(tonumber(last[2]) + TIE, due + 1 - TIE) end
+  if flag then
+    redis.call('ZADD', schedule, flag, score, id)
+  else
+    redis.call('ZADD', schedule, score, id)
+  end
   local head = redis.call('ZRANGE', schedule, 0, 0)
   if head[1] == id and redis.call('LLEN', schedule_wake) == 0 then
     redis.call('RPUSH', schedule_wake, due)

@@ -122,8 +122,8 @@ class App:
 
         def register(handler: Callable[..., Any]) -> Task[..., Any]:
             options = TaskOptions(
-                name=name or handler.__name__,
-                queue=queue or self.settings.default_queue,
+                name=handler.__name__ if name is None else name,
+                queue=self.settings.default_queue if queue is None else queue,
                 timeout=timeout,
                 max_attempts=max_attempts,
                 backoff=backoff or Exponential(),
@@ -235,9 +235,11 @@ class App:
         if known is not None:
             known.check_arguments(args, kwargs or {})
         return Periodic(
-            name=name or task_name,
+            name=task_name if name is None else name,
             task=task_name,
-            queue=queue or (known.options.queue if known else self.settings.default_queue),
+            queue=(known.options.queue if known else self.settings.default_queue)
+            if queue is None
+            else queue,
             every=every.total_seconds() if isinstance(every, timedelta) else every,
             args=tuple(args),
             kwargs=dict(kwargs or {}),
@@ -262,7 +264,7 @@ class App:
 
     def queue(self, name: str | None = None) -> Queue:
         """The queue with this name (the app's default queue when omitted)."""
-        name = name or self.settings.default_queue
+        name = self.settings.default_queue if name is None else name
         if name not in self._queues:
             self._queues[name] = Queue(self, name)
         return self._queues[name]

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, InvalidArguments
 from .priorities import DEFAULT_PRIORITY, resolve_priority
+from .settings import check_timeout
 from .store.payload import encode_payload
 from .store.records import NewJob
 from .task import Task
@@ -19,9 +20,18 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
 
+RESERVED_ID_PREFIXES = ("poison-", "periodic:")
+"""Ids aioqueue mints start so (buried foreign entries, periodic ticks): a caller's may not."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobOptions:
-    """Per-call options. They never share a namespace with the task's own arguments."""
+    """Per-call options. They never share a namespace with the task's own arguments.
+
+    Checked when made, so a bad option raises where it is written: ``id`` is a non-empty
+    str not starting with a reserved prefix, ``timeout`` positive (the same rule as the
+    task's), ``max_attempts`` at least 1, ``priority`` 0..9 or a name.
+    """
 
     id: str | None = None
     priority: int | str | None = None
@@ -29,6 +39,19 @@ class JobOptions:
     at: datetime | None = None
     timeout: float | None = None
     max_attempts: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.id is not None:
+            check_job_id(self.id)
+        check_timeout(self.timeout, "options")
+        if self.max_attempts is not None and (
+            isinstance(self.max_attempts, bool)
+            or not isinstance(self.max_attempts, int)
+            or self.max_attempts < 1
+        ):
+            raise ConfigError("options: max_attempts must be an int of at least 1")
+        if self.priority is not None:
+            resolve_priority(self.priority)
 
     def due_ms(self) -> int:
         if self.at is None:
@@ -47,6 +70,17 @@ class JobOptions:
 
 
 NO_OPTIONS = JobOptions()  # shared by every call that sets none (it is frozen)
+
+
+def check_job_id(job_id: str) -> None:
+    """Reject ids that cannot be a caller's: not a str, empty, or in a reserved namespace."""
+    if not isinstance(job_id, str):
+        raise ConfigError(f"id must be a str, got {type(job_id).__name__}")
+    if not job_id:
+        raise ConfigError("id must not be empty (leave it out for a generated id)")
+    if job_id.startswith(RESERVED_ID_PREFIXES):
+        reserved = " or ".join(repr(prefix) for prefix in RESERVED_ID_PREFIXES)
+        raise ConfigError(f"id {job_id!r}: ids starting with {reserved} are minted by aioqueue")
 
 
 def prepare(
@@ -71,9 +105,7 @@ def prepare(
         except TypeError as exc:
             raise InvalidArguments(f"task {name!r} cannot take these arguments: {exc}") from exc
     payload = encode_payload(name, args, kwargs, options.timeout, max_payload_bytes)
-    job_id = options.id or os.urandom(16).hex()
-    if not isinstance(job_id, str):
-        raise ConfigError(f"id must be a str, got {type(job_id).__name__}")
+    job_id = os.urandom(16).hex() if options.id is None else options.id
     if options is NO_OPTIONS:  # most enqueues: the task's defaults, nothing to resolve
         if known is None:
             return NewJob(job_id, payload, DEFAULT_PRIORITY)

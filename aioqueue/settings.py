@@ -8,6 +8,7 @@ written once: in the field below.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -23,6 +24,17 @@ ENV_REDIS_URL = "AIOQUEUE_REDIS_URL"
 ENV_PREFIX = "AIOQUEUE_PREFIX"
 DEFAULT_PREFIX = "aioqueue"
 DEFAULT_QUEUE = "default"
+
+
+def check_timeout(timeout: float | None, where: str) -> None:
+    """A handler timeout is a positive number of seconds, or None for no limit; one rule
+    for the task's option and the per-call one."""
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise ConfigError(f"{where}: timeout must be a number of seconds or None")
+    if not (timeout > 0 and math.isfinite(timeout)):
+        raise ConfigError(f"{where}: timeout must be positive (or None for no limit)")
 
 
 def redis_url_from_env() -> str | None:

@@ -10,7 +10,7 @@ from .backoff import Backoff, Exponential
 from .errors import ConfigError
 from .middleware import FailureHook, RetryHook, SuccessHook, TaskHooks
 from .priorities import DEFAULT_PRIORITY, resolve_priority
-from .settings import APP_DEFAULTS, DEFAULT_QUEUE
+from .settings import APP_DEFAULTS, DEFAULT_QUEUE, check_timeout
 from .store.keys import validate_name
 
 if TYPE_CHECKING:
@@ -39,8 +39,7 @@ class TaskOptions:
     def __post_init__(self) -> None:
         validate_name("task", self.name)
         validate_name("queue", self.queue)
-        if self.timeout is not None and self.timeout <= 0:
-            raise ConfigError(f"task {self.name}: timeout must be positive or None")
+        check_timeout(self.timeout, f"task {self.name}")
         if self.max_attempts < 1:
             raise ConfigError(f"task {self.name}: max_attempts must be at least 1")
         resolve_priority(self.priority)

@@ -119,6 +119,81 @@ async def test_a_job_id_that_is_not_a_str_raises_config_error(
     await assert_nothing_written(redis, prefix, app.queue("q"))
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"timeout": -1},
+        {"timeout": 0},  # once silently "the task's default"
+        {"timeout": float("nan")},
+        {"timeout": float("inf")},
+        {"timeout": True},
+        {"max_attempts": 0},
+        {"max_attempts": -2},
+        {"priority": 10},
+        {"priority": "urgent"},
+        {"id": ""},  # once silently a random id: the idempotency key lost
+        {"id": "poison-1"},  # ids aioqueue mints for buried foreign entries
+        {"id": "periodic:report:1700000000000"},  # and for periodic ticks
+    ],
+    ids=repr,
+)
+async def test_bad_per_call_options_raise_config_error_and_write_nothing(
+    app: aioqueue.App, redis: Redis, prefix: str, options: dict[str, Any]
+) -> None:
+    @app.task(queue="q")
+    async def noop() -> None: ...
+
+    untyped: Any = noop.enqueue()
+    with pytest.raises(aioqueue.ConfigError):
+        await untyped.options(**options)
+    with pytest.raises(aioqueue.ConfigError):
+        await app.queue("q").enqueue("noop").options(**options)
+    await assert_nothing_written(redis, prefix, app.queue("q"))
+
+
+async def test_the_same_timeout_rule_for_tasks_and_calls(app: aioqueue.App) -> None:
+    for bad in (0, -1, float("nan")):
+        with pytest.raises(aioqueue.ConfigError, match="timeout must be positive"):
+            app.task(name=f"t{id(bad)}", timeout=bad)(_noop)
+        with pytest.raises(aioqueue.ConfigError, match="timeout must be positive"):
+            aioqueue.JobOptions(timeout=bad)
+    assert aioqueue.JobOptions(timeout=0.5).timeout == 0.5
+
+
+async def _noop() -> None: ...
+
+
+@pytest.mark.parametrize("name", ["", "a:b", "{q}"])
+async def test_empty_or_bad_queue_names_raise(app: aioqueue.App, name: str) -> None:
+    """An empty name once silently meant the default queue."""
+    with pytest.raises(aioqueue.ConfigError, match="invalid queue name"):
+        app.queue(name)
+    with pytest.raises(aioqueue.ConfigError, match="invalid queue name"):
+        app.task(queue=name)(_noop)
+    with pytest.raises(aioqueue.ConfigError):
+        app.task(name=name)(_noop)
+
+
+async def test_a_minted_poison_id_never_overwrites_a_record(
+    app: aioqueue.App, redis: Redis
+) -> None:
+    """A record under a minted-looking id (written before ids were reserved, or by hand)
+    survives the burial of a foreign entry: the minted id skips it."""
+
+    @app.task(queue="q")
+    async def ok() -> str:
+        return "ok"
+
+    queue = app.queue("q")
+    await push_raw_job(redis, queue.keys, "poison-1", b'{"t": "ok", "a": [], "k": {}}')
+    await redis.rpush(queue.keys.ready(0), b"\x80foreign")
+    worker = await run_until_idle(app, concurrency=1)
+    assert worker.outcomes == {"complete": 1}
+    assert await queue.job("poison-1").result(timeout=1) == "ok"  # the old record ran
+    (dead,) = await queue.dead_jobs()
+    assert (dead.id, dead.raw) == ("poison-2", b"\x80foreign")
+
+
 @pytest.mark.parametrize("number", [2**64, 2**64 + 1, -(2**63) - 1, 10**30])
 async def test_huge_integers_raise_serialization_error(
     app: aioqueue.App, redis: Redis, prefix: str, number: int
@@ -279,8 +354,24 @@ async def _has_dead(queue: aioqueue.Queue, count: int) -> bool:
 
 @pytest.mark.parametrize(
     "payload",
-    [b"\xff\xfe{", b"{not json", b"[1, 2, 3]", b'{"t": 5, "a": [], "k": {}}', b""],
-    ids=["non-utf8", "invalid-json", "not-an-object", "task-not-a-string", "empty"],
+    [
+        b"\xff\xfe{",
+        b"{not json",
+        b"[1, 2, 3]",
+        b'{"t": 5, "a": [], "k": {}}',
+        b"",
+        b'{"t": "ok", "a": [], "k": {}, "to": 0}',
+        b'{"t": "ok", "a": [], "k": {}, "to": -5}',
+    ],
+    ids=[
+        "non-utf8",
+        "invalid-json",
+        "not-an-object",
+        "task-not-a-string",
+        "empty",
+        "zero-timeout",
+        "negative-timeout",
+    ],
 )
 async def test_job_hash_with_bad_payload_goes_dead_with_raw_kept(
     app: aioqueue.App, redis: Redis, payload: bytes

@@ -51,8 +51,10 @@ class Payload:
         timeout = body.get("to")
         if not isinstance(task, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
             raise PayloadError("payload lacks a task name, an args list or a kwargs object")
-        if timeout is not None and not isinstance(timeout, int | float):
-            raise PayloadError("payload timeout is not a number")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+        ):
+            raise PayloadError("payload timeout is not a positive number")
         return cls(task, args, kwargs, timeout)
 
 

@@ -14,15 +14,17 @@ AioqueueError
 ├── UnknownTask              a worker has no handler for a job's task: the job goes dead
 ├── PayloadError             bytes in a queue are not an aioqueue job: the job goes dead
 ├── HandlerTimeout           a handler swallowed its timeout's cancellation or blocked the loop
+├── LeaseExpired             a job's worker died or stalled past its lease, its attempts used
 ├── LeaseLost                a worker's ack found the job's lease passed to another worker
 └── ServerUnavailable        no Redis server to talk to (none configured, none startable)
     └── EnqueueUnconfirmed   Redis failed mid-enqueue; has .job_id: retry with that id
 
-UnknownTask, PayloadError and HandlerTimeout are raised inside a worker and recorded as
-the dead job's error (``JobFailed.error_type`` names them); LeaseLost is what a worker
-logs when Redis refuses its ack. Retry is deliberately not an AioqueueError: handlers
-raise it to ask for another attempt, and a broad ``except AioqueueError`` must not
-swallow it.
+UnknownTask, PayloadError, HandlerTimeout and LeaseExpired are raised inside a worker and
+recorded as the dead job's error (``JobFailed.error_type`` names them; hooks get the
+error); LeaseLost is what a worker logs when Redis refuses its ack.
+
+Retry is deliberately not an AioqueueError: handlers raise it to ask for another
+attempt, and a broad ``except AioqueueError`` must not swallow it.
 """
 
 from __future__ import annotations
@@ -110,6 +112,12 @@ class PayloadError(AioqueueError, ValueError):
 
 class HandlerTimeout(AioqueueError, TimeoutError):
     """A handler ran past its timeout: it swallowed the cancellation or blocked the loop."""
+
+
+class LeaseExpired(AioqueueError):
+    """A job's lease expired (its worker died or stalled) once too often: the job is dead.
+    The worker whose lease reclaim buried it runs its on_failure and on_dead hooks with
+    this error."""
 
 
 class LeaseLost(AioqueueError):

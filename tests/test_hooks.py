@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import Any
 
 import pytest
 
 import aioqueue
 from aioqueue.middleware import CallNext
-from tests.helpers import run_until_idle
+from aioqueue.store import scripts
+from tests.helpers import run_until_idle, wait_until
 
 
 async def test_middleware_wraps_every_job_outermost_first(app: aioqueue.App) -> None:
@@ -126,3 +129,130 @@ async def test_startup_state_reaches_handlers_and_shutdown_closes_it(app: aioque
 def test_current_job_outside_a_job_is_a_clear_error() -> None:
     with pytest.raises(LookupError, match="only available inside a running job"):
         aioqueue.current_job()
+
+
+# -- every terminal outcome fires its hooks, once ------------------------------------------
+
+
+def fragile_task(
+    app: aioqueue.App, seen: list[tuple[str, str, str, int]]
+) -> aioqueue.Task[[], None]:
+    """A task with one attempt whose hooks record (hook, job id, error type, attempt)."""
+
+    @app.task(retries=0, name="fragile")
+    async def fragile() -> None: ...
+
+    @fragile.on_failure
+    def failure(job: aioqueue.JobContext, error: BaseException) -> None:
+        seen.append(("failure", job.id, type(error).__name__, job.attempt))
+
+    @fragile.on_retry
+    def retry(job: aioqueue.JobContext, error: BaseException, delay: float) -> None:
+        seen.append(("retry", job.id, type(error).__name__, job.attempt))
+
+    @fragile.on_dead
+    def dead(job: aioqueue.JobContext, error: BaseException) -> None:
+        seen.append(("dead", job.id, type(error).__name__, job.attempt))
+
+    return fragile
+
+
+async def lease_and_die(app: aioqueue.App) -> None:
+    """Take a job as a worker that dies at once: its lease has lapsed when taken."""
+    taken = await scripts.take(
+        await app.client(), app.queue().keys, lease="dead:1", lease_ms=0, limit=1
+    )
+    assert len(taken.jobs) == 1
+
+
+async def test_a_job_dead_of_an_expired_lease_fires_its_hooks_once(app: aioqueue.App) -> None:
+    """Its worker died holding its last attempt: the worker whose reclaim buries it runs
+    on_failure and on_dead, once, however many workers race to reclaim it."""
+    seen: list[tuple[str, str, str, int]] = []
+    job = await fragile_task(app, seen).enqueue()
+    await lease_and_die(app)
+    async with app.worker(reclaim_interval=0.02), app.worker(reclaim_interval=0.02):
+        await wait_until(lambda: _status_is(job, aioqueue.JobStatus.DEAD))
+        await wait_until(lambda: _has(seen, 2))
+    assert seen == [("failure", job.id, "LeaseExpired", 1), ("dead", job.id, "LeaseExpired", 1)]
+
+
+async def test_a_worker_without_the_task_says_it_cannot_run_the_hooks(
+    app: aioqueue.App, redis_url: str, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    seen: list[tuple[str, str, str, int]] = []
+    job = await fragile_task(app, seen).enqueue()
+    await lease_and_die(app)
+    stranger = aioqueue.App(redis_url=redis_url, prefix=prefix)  # same queue, no such task
+    try:
+        async with stranger.worker(reclaim_interval=0.02):
+            await wait_until(lambda: _status_is(job, aioqueue.JobStatus.DEAD))
+            await wait_until(lambda: _logged(caplog, "died of an expired lease"))
+    finally:
+        await stranger.close()
+    assert seen == []
+    (line,) = [r.getMessage() for r in caplog.records if "died of an expired" in r.getMessage()]
+    assert job.id in line and "hooks did not run" in line
+
+
+async def test_a_handler_abandoned_past_its_timeout_fires_its_hooks(app: aioqueue.App) -> None:
+    """It ignored every cancellation: the job is settled without it, hooks included."""
+    seen: list[str] = []
+    let_go = asyncio.Event()  # the test ends it: an event loop cannot close over it
+
+    @app.task(retries=0, timeout=0.1)
+    async def stubborn() -> None:
+        while not let_go.is_set():
+            try:
+                await let_go.wait()
+            except asyncio.CancelledError:
+                continue
+
+    @stubborn.on_dead
+    def dead(job: aioqueue.JobContext, error: BaseException) -> None:
+        seen.append(type(error).__name__)
+
+    job = await stubborn.enqueue()
+    try:
+        async with app.worker(grace=0.1) as worker:
+            await wait_until(lambda: _status_is(job, aioqueue.JobStatus.DEAD), timeout=10)
+            await wait_until(lambda: _has(seen, 1))
+            assert worker.outcomes == {"bury": 1}
+    finally:
+        let_go.set()
+    assert seen == ["HandlerTimeout"]
+
+
+async def test_a_handler_ending_at_the_second_cancellation_fires_its_hooks(
+    app: aioqueue.App,
+) -> None:
+    seen: list[str] = []
+
+    @app.task(retries=0, timeout=0.1)
+    async def swallows_once() -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(3600)
+        await asyncio.sleep(3600)  # the watchdog's second cancellation ends it here
+
+    @swallows_once.on_failure
+    def failure(job: aioqueue.JobContext, error: BaseException) -> None:
+        seen.append(type(error).__name__)
+
+    job = await swallows_once.enqueue()
+    async with app.worker() as worker:
+        await wait_until(lambda: _status_is(job, aioqueue.JobStatus.DEAD), timeout=10)
+        await wait_until(lambda: _has(seen, 1))
+        assert worker.outcomes == {"bury": 1}
+    assert seen == ["HandlerTimeout"]
+
+
+async def _status_is(job: aioqueue.Job[Any], status: aioqueue.JobStatus) -> bool:
+    return await job.status() is status
+
+
+async def _has(items: list[Any], count: int) -> bool:
+    return len(items) >= count
+
+
+async def _logged(caplog: pytest.LogCaptureFixture, text: str) -> bool:
+    return any(text in record.getMessage() for record in caplog.records)

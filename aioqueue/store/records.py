@@ -13,7 +13,7 @@ Times are epoch milliseconds by the Redis clock.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -241,8 +241,12 @@ class Settlement:
 
 @dataclass(frozen=True, slots=True)
 class Reclaimed:
+    """What a reclaim did: jobs back to ready, jobs buried (dead or cancelled), and the
+    ones buried dead, whose hooks the caller runs (leased to nobody: ``lease`` is "")."""
+
     requeued: int
     buried: int
+    dead: tuple[Taken, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -295,12 +295,16 @@ async def reclaim(
     result_ttl_ms: int = 24 * 3600 * 1000,
 ) -> Reclaimed:
     """Return jobs whose lease expired to ready (or bury them past their attempts)."""
-    requeued, buried = await _RECLAIM(
+    reply = await _RECLAIM(
         redis,
         [keys.active, keys.dead, keys.notify, keys.job_prefix, *keys.ready_lists()],
         [limit, default_max_attempts, result_ttl_ms],
     )
-    return Reclaimed(int(requeued), int(buried))
+    dead = tuple(
+        Taken(reply[i], reply[i + 1], int(reply[i + 2]), int(reply[i + 3]), "")
+        for i in range(2, len(reply), 4)
+    )
+    return Reclaimed(int(reply[0]), int(reply[1]), dead)
 
 
 async def extend(

@@ -27,18 +27,18 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
-from ..errors import HandlerTimeout
+from ..errors import HandlerTimeout, LeaseExpired
 from ..store.payload import encode_error
 from ..store.records import Settlement
 from .deadlines import Deadlines
 from .loops import Component, wait_event
-from .runner import failed, run_job
+from .runner import expired_hooks, failed, run_hooks, run_job
 from .slots import Slots
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
 
-    from ..middleware import CallNext
+    from ..middleware import CallNext, JobContext
     from ..store.records import Taken
     from ..task import Task
     from .acks import AckBatcher
@@ -70,6 +70,7 @@ class RunningJob:
     deadlines: Deadlines
     handle: asyncio.Task[None] | None = None  # the asyncio task running it, once started
     task: Task[..., Any] | None = None  # known once its payload is decoded
+    context: JobContext | None = None  # likewise
     timeout: float | None = None
     deadline: float | None = None  # event-loop time; None unless its handler runs timed
     interrupt: Interrupt | None = None
@@ -146,12 +147,20 @@ class RunningJob:
         if self.interrupt is Interrupt.ABORT:
             return Settlement(taken.id, taken.lease, "abort", _ABORTED)
         if self.interrupt is Interrupt.OVERDUE and self.task is not None:
-            error = HandlerTimeout(
-                f"{self.task.name} ignored the cancellation at its {self.timeout}s timeout; "
-                "abandoned (it may still be running in this process)"
-            )
-            return failed(taken, self.task, error)
+            return failed(taken, self.task, self._overdue_error())
         return Settlement(taken.id, taken.lease, "release")
+
+    async def interrupted_hooks(self, settlement: Settlement) -> None:
+        """The hooks of a run an interrupt ended: a timed-out failure runs on_failure and
+        on_retry or on_dead (abort and release are no attempt's outcome: none)."""
+        if self.interrupt is Interrupt.OVERDUE and self.task and self.context:
+            await run_hooks(self.task, self.context, settlement, self._overdue_error())
+
+    def _overdue_error(self) -> HandlerTimeout:
+        return HandlerTimeout(
+            f"{self.task_name} ignored the cancellation at its {self.timeout}s timeout; "
+            "abandoned (it may still be running in this process)"
+        )
 
 
 class InFlight(Component):
@@ -165,6 +174,7 @@ class InFlight(Component):
         self._deadlines = Deadlines()
         self.env = env  # what jobs run with (set again when the worker starts)
         self._abandoned: set[asyncio.Task[None]] = set()
+        self._hooks: set[asyncio.Task[None]] = set()  # hooks of abandoned jobs
 
     def admit(self, taken: Taken, acks: AckBatcher) -> None:
         """A take call leased ``taken``: it starts now if a slot is free, else it waits."""
@@ -182,6 +192,7 @@ class InFlight(Component):
                 settlement = await run_job(job, self.env)
             except asyncio.CancelledError:
                 settlement = job.interrupted_settlement()
+                await job.interrupted_hooks(settlement)
             except Exception:  # a bug in aioqueue itself: keep the job, keep the worker
                 logger.exception("job %s: internal error; releasing it", job.taken.job_id)
                 settlement = Settlement(job.taken.id, job.taken.lease, "release")
@@ -212,10 +223,24 @@ class InFlight(Component):
         self._settle(job, settlement, started=False)
 
     def _abandon(self, task: asyncio.Task[None], job: RunningJob) -> None:
-        """Settle a job whose handler will not stop; the handler is left to itself."""
+        """Settle a job whose handler will not stop; the handler is left to itself (its
+        hooks run in a task of their own)."""
         del self.running[task]
         self._abandoned.add(task)
-        self._settle(job, job.interrupted_settlement())
+        settlement = job.interrupted_settlement()
+        self._settle(job, settlement)
+        hooks = asyncio.get_running_loop().create_task(job.interrupted_hooks(settlement))
+        self._hooks.add(hooks)
+        hooks.add_done_callback(self._hooks.discard)
+
+    async def lease_expired(self, queue: str, job: Taken) -> None:
+        """A job of ``queue`` that this worker's lease reclaim buried: run its hooks."""
+        await expired_hooks(
+            self.env,
+            queue,
+            job,
+            LeaseExpired(f"lease expired {job.attempts} time(s): the worker died or stalled"),
+        )
 
     # -- requests from outside: abort, shutdown --------------------------------------------
 
@@ -262,6 +287,8 @@ class InFlight(Component):
             self._abandon(task, job)
         for task in self._abandoned:
             task.cancel()
+        if self._hooks:
+            await asyncio.wait(set(self._hooks), timeout=max(1.0, grace))
 
     # -- the watch loop: handlers past their deadline, jobs waiting too long ---------------
 

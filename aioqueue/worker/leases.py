@@ -16,8 +16,9 @@ from ..store import scripts
 from .loops import Component, wait_event
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine, Sequence
+    from collections.abc import Awaitable, Callable, Coroutine, Sequence
 
+    from ..store.records import Taken
     from .acks import AckBatcher
 
 logger = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ class LeaseKeeper(Component):
         default_max_attempts: int,
         result_ttl_ms: int,
         on_abort: Callable[[str, bytes], None],
+        on_expired: Callable[[str, Taken], Awaitable[None]],
     ) -> None:
         super().__init__()
         self._queues = queues
@@ -46,6 +48,7 @@ class LeaseKeeper(Component):
         self._default_max_attempts = default_max_attempts
         self._result_ttl_ms = result_ttl_ms
         self._on_abort = on_abort
+        self._on_expired = on_expired
 
     def loops(self) -> list[Coroutine[Any, Any, None]]:
         return [self._renew_loop(), self._reclaim_loop()]
@@ -98,4 +101,6 @@ class LeaseKeeper(Component):
                     queue.keys.name, result.requeued, result.buried,
                 )  # fmt: skip
             total += result.requeued + result.buried
+            for job in result.dead:  # buried by this call alone: their hooks run here
+                await self._on_expired(queue.keys.name, job)
         return total

@@ -70,10 +70,7 @@ async def run_job(job: RunningJob, env: RunEnv) -> Settlement:
     except TypeError as exc:  # retrying cannot help: the same arguments come back
         return bury(taken, "TypeError", f"wrong arguments for {task.name}: {exc}")
     job.task, job.timeout = task, payload.timeout or task.options.timeout
-    context = JobContext(
-        taken.job_id, job.queue, task.name, taken.attempts,
-        taken.max_attempts or task.options.max_attempts, env.state,
-    )  # fmt: skip
+    job.context = context = _context(taken, job.queue, task, env)
     enter_job(context)
     call = _handler_call(task, payload)
     if env.middleware:
@@ -84,18 +81,21 @@ async def run_job(job: RunningJob, env: RunEnv) -> Settlement:
     except asyncio.CancelledError as exc:
         if job.interrupted:
             raise
-        return await _after(task, context, failed(taken, task, exc), exc)  # raised by itself
+        return await run_hooks(task, context, failed(taken, task, exc), exc)  # raised by itself
     except SerializationError as exc:
-        return await _after(task, context, bury(taken, "SerializationError", str(exc)), exc)
+        return await run_hooks(task, context, bury(taken, "SerializationError", str(exc)), exc)
     except BaseException as exc:
-        return await _after(task, context, failed(taken, task, exc), exc)
-    return await _after(task, context, Settlement(taken.id, taken.lease, "complete", data), result)
+        return await run_hooks(task, context, failed(taken, task, exc), exc)
+    return await run_hooks(
+        task, context, Settlement(taken.id, taken.lease, "complete", data), result
+    )
 
 
-async def _after(
+async def run_hooks(
     task: Task[..., Any], context: JobContext, settlement: Settlement, outcome: Any
 ) -> Settlement:
-    """Run the task's hooks for this outcome (cheap when it has none)."""
+    """Run the task's hooks for this outcome (cheap when it has none): on_success; or
+    on_failure, then on_retry or on_dead. ``outcome`` is the result or the error."""
     hooks = task.hooks
     if not hooks:
         return settlement
@@ -109,6 +109,29 @@ async def _after(
     else:
         await call_hooks(hooks.dead, context, error)
     return settlement
+
+
+def _context(taken: Taken, queue: str, task: Task[..., Any], env: RunEnv) -> JobContext:
+    max_attempts = taken.max_attempts or task.options.max_attempts
+    return JobContext(taken.job_id, queue, task.name, taken.attempts, max_attempts, env.state)
+
+
+async def expired_hooks(env: RunEnv, queue: str, job: Taken, error: BaseException) -> None:
+    """A job this worker's lease reclaim buried (its worker died, attempts used): run its
+    on_failure and on_dead hooks here, exactly once (the reclaim that buries it is one
+    atomic step). A worker without the task says so: nobody runs those hooks."""
+    try:
+        task = env.find_task(Payload.decode(job.payload).task)
+    except PayloadError:
+        task = None
+    if task is None:
+        logger.warning(
+            "job %s of %s died of an expired lease; this worker has no task for it, so its "
+            "on_failure/on_dead hooks did not run", job.job_id, queue,
+        )  # fmt: skip
+        return
+    settlement = Settlement(job.id, job.lease, "bury")
+    await run_hooks(task, _context(job, queue, task, env), settlement, error)
 
 
 def _handler_call(task: Task[..., Any], payload: Payload) -> CallNext:

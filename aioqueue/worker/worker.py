@@ -175,6 +175,7 @@ class Worker:
                 self._acks, lease_ms=settings.lease_ms, reclaim_interval=settings.reclaim_interval,
                 default_max_attempts=app_settings.default_max_attempts,
                 result_ttl_ms=app_settings.result_ttl_ms, on_abort=inflight.abort,
+                on_expired=inflight.lease_expired,
             ),
             AbortListener(
                 redis, queues, inflight.abort, worker_id=self.id, poll=settings.idle_wait

@@ -12,7 +12,9 @@ ARGV[1] limit                  max jobs per call
 ARGV[2] default_max_attempts   for jobs enqueued without their own maximum
 ARGV[3] result_ttl_ms          how long the record of a job whose abort was requested is kept
 
-Returns {requeued, buried}; buried counts the cancelled ones too.
+Returns {requeued, buried, id_1, payload_1, attempts_1, max_attempts_1, id_2, ...}: buried
+counts the cancelled ones too; the jobs listed are those buried dead (their hooks are
+the caller's to run).
 ]]
 -- @include clock
 -- @include record
@@ -22,12 +24,13 @@ local limit, default_max, result_ttl_ms = tonumber(ARGV[1]), tonumber(ARGV[2]), 
 local now = redis_clock()
 
 local expired = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, limit)
+local out = {0, 0}
 local requeued, buried = 0, 0
 for i = 1, #expired do
   local id = expired[i]
   local key = job_prefix .. id
   redis.call('ZREM', active, id)
-  local record = redis.call('HMGET', key, 's', 'n', 'm', 'pr', 'ab')
+  local record = redis.call('HMGET', key, 's', 'n', 'm', 'pr', 'ab', 'p')
   if record[1] == 'active' and record[5] then
     redis.call('HDEL', key, 'w')
     redis.call('HSET', key, 's', 'cancelled', 'ft', now,
@@ -44,6 +47,8 @@ for i = 1, #expired do
       redis.call('HSET', key, 's', 'dead', 'ft', now, 'e', error_json('LeaseExpired', message))
       redis.call('ZADD', dead, now, id)
       buried = buried + 1
+      local n = #out
+      out[n + 1], out[n + 2], out[n + 3], out[n + 4] = id, record[6] or '', attempts, max
     else
       redis.call('HSET', key, 's', 'queued')
       redis.call('LPUSH', ready_key(READY, record[4]), id)
@@ -52,4 +57,5 @@ for i = 1, #expired do
     end
   end
 end
-return {requeued, buried}
+out[1], out[2] = requeued, buried
+return out

@@ -98,6 +98,12 @@ def _add_worker_command(worker: argparse.ArgumentParser) -> None:
         help="shutdown grace seconds (default: %(default)s)",
     )
     add("--burst", action="store_true", help="exit once nothing is ready, running or due")
+    add(
+        "--no-wait-retries",
+        dest="wait_retries",
+        action="store_false",
+        help="--burst: exit without waiting for the delayed retries of the jobs it ran",
+    )
     add("--uvloop", action="store_true", help="run on uvloop (pip install 'aioqueue[uvloop]')")
 
 
@@ -158,6 +164,7 @@ def run_worker(app: App, args: argparse.Namespace) -> int:
             lease=args.lease,
             grace=args.grace,
             burst=args.burst,
+            wait_retries=args.wait_retries,
         )
         _run_leaving_abandoned_tasks(_serve(app, worker), uvloop=args.uvloop)
     return 0
@@ -234,6 +241,7 @@ def _run_processes(app: App, args: argparse.Namespace) -> int:
     for queue in args.queues or ():
         argv += ["--queue", queue]
     argv += ["--burst"] if args.burst else []
+    argv += [] if args.wait_retries else ["--no-wait-retries"]
     argv += ["--uvloop"] if args.uvloop else []
     env = {**os.environ, ENV_REDIS_URL: app.redis_url or ""}
     children = [subprocess.Popen(argv, env=env) for _ in range(args.processes)]

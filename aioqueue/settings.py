@@ -92,6 +92,7 @@ class WorkerSettings:
     lease: float = 30.0
     grace: float = 10.0
     burst: bool = False
+    wait_retries: bool = True  # burst: wait for the delayed retries of the jobs it ran
     idle_wait: float = 2.0  # BLPOP timeout; below socket_timeout so a wait never looks hung
     reclaim_interval: float = 5.0
     loop_lag_warning: float = 1.0  # log the job that blocks the event loop this long

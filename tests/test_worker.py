@@ -481,3 +481,33 @@ async def test_a_job_blocking_the_event_loop_is_named_in_the_log(
     assert blocked, "the stall was not reported"
     assert f"job {job.id} (hog)" in blocked[0]
     assert "time.sleep(0.6)" in blocked[0]
+
+
+async def test_a_burst_worker_finishes_the_retries_it_scheduled(app: aioqueue.App) -> None:
+    """A CI-style burst run once left a failed job's delayed retry unrun: work it started
+    (retries included) is finished, unless it is told not to wait for them."""
+    calls = 0
+
+    @app.task(retries=1, backoff=aioqueue.Fixed(0.3))
+    async def flaky() -> str:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise ConnectionError("first attempt")
+        return "second attempt"
+
+    job = await flaky.enqueue()
+    worker = await run_until_idle(app)
+    assert worker.outcomes == {"retry": 1, "complete": 1}
+    assert await job.result(timeout=1) == "second attempt"
+
+
+async def test_a_burst_worker_can_leave_its_retries_for_later(app: aioqueue.App) -> None:
+    @app.task(retries=1, backoff=aioqueue.Fixed(60))
+    async def flaky() -> None:
+        raise ConnectionError("always")
+
+    job = await flaky.enqueue()
+    worker = await run_until_idle(app, wait_retries=False)
+    assert worker.outcomes == {"retry": 1}
+    assert await job.status() is aioqueue.JobStatus.SCHEDULED

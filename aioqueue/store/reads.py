@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, cast
 from .records import Field, JobInfo, JobStatus, QueueCounts, ScheduledJob
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from redis.asyncio import Redis
 
     from .keys import QueueKeys
@@ -30,6 +32,16 @@ async def job_status(redis: Redis, keys: QueueKeys, job_id: str) -> JobStatus | 
     """The job's status (one small field), or None if there is no record."""
     raw = cast("bytes | None", await redis.hget(keys.job(job_id), Field.STATE.decode()))
     return JobStatus(raw.decode()) if raw else None
+
+
+async def still_scheduled(redis: Redis, keys: QueueKeys, job_ids: Iterable[bytes]) -> set[bytes]:
+    """The ones of ``job_ids`` that are still scheduled (one round trip)."""
+    ids = list(job_ids)
+    async with redis.pipeline(transaction=False) as pipe:
+        for job_id in ids:
+            pipe.hget(keys.job_prefix.encode() + job_id, Field.STATE.decode())
+        states = cast("list[bytes | None]", await pipe.execute())
+    return {job_id for job_id, state in zip(ids, states, strict=True) if state == b"scheduled"}
 
 
 async def scheduled(

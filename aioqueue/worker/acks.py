@@ -42,6 +42,7 @@ class AckBatcher(Component):
         self.unsettled = 0  # held and not yet settled: running, or waiting for a slot
         self.landed = 0  # ack calls that landed so far
         self.landing = asyncio.Event()  # set when an ack call lands (and at stop)
+        self.retrying: set[bytes] = set()  # ids this worker retried with a delay
         self._pending: list[Settlement] = []
         self._wake = asyncio.Event()
         self._in_flight = False
@@ -60,6 +61,8 @@ class AckBatcher(Component):
     def settle(self, settlement: Settlement) -> None:
         """A held job ended (ran, or was handed back): queue its ack."""
         self.unsettled -= 1
+        if settlement.outcome == "retry" and settlement.delay_ms > 0:
+            self.retrying.add(settlement.id)
         self._pending.append(settlement)
         self._wake.set()
 

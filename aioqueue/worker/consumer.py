@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 
 from ..priorities import planner
-from ..store import scripts
+from ..store import reads, scripts
 from .loops import RETRY_PAUSE, Component, ring, wait_event, wait_first
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ logger = logging.getLogger(__name__)
 MAX_TAKE = 1000  # jobs per take call: bounds its run time inside Redis
 TAKES_IN_FLIGHT = 4  # take calls out at once: the next jobs come while the current run
 MIN_TAKE_CHUNK = 16  # with a take out, wait for this much room: smaller calls cost more
+RETRY_WAIT_POLL = 0.1  # burst mode: seconds between looks at retries still to come
 
 
 class QueueConsumer(Component):
@@ -202,9 +203,22 @@ class QueueConsumer(Component):
             return False
         try:
             promoted = await scripts.promote(self.redis, self.keys, limit=1000)
+            if promoted.count:
+                return False
+            return not await self._retries_pending()
         except RedisError:
             return False
-        return promoted.count == 0
+
+    async def _retries_pending(self) -> bool:
+        """Burst mode: are delayed retries of jobs this worker ran still to come? If so,
+        wait a little (until one may be due) and say so: the work started is not done."""
+        acks = self._acks
+        if not self.settings.wait_retries or not acks.retrying:
+            return False
+        acks.retrying &= await reads.still_scheduled(self.redis, self.keys, acks.retrying)
+        if acks.retrying:
+            await wait_event(self.stopping, RETRY_WAIT_POLL)
+        return bool(acks.retrying)
 
 
 def _log_take_crash(take: asyncio.Task[TakeResult | None]) -> None:

@@ -59,7 +59,9 @@ class Worker:
 
     Options: ``queues`` (default: every queue the app's tasks use), ``concurrency`` (jobs
     at once), ``lease`` (seconds; renewed while a job runs), ``grace`` (seconds running
-    jobs get to finish at shutdown before they are cancelled and put back), ``burst``,
+    jobs get to finish at shutdown before they are cancelled and put back), ``burst``
+    (with ``wait_retries``, default True: a burst worker also waits for the delayed
+    retries of the jobs it ran, and runs them),
     ``priority_mode`` ("strict": higher levels always first; "weighted": levels share the
     slots by ``priority_weights``, default ``p + 1`` for level ``p``, so none starves).
     """
@@ -73,6 +75,7 @@ class Worker:
         lease: float = WORKER_DEFAULTS.lease,
         grace: float = WORKER_DEFAULTS.grace,
         burst: bool = WORKER_DEFAULTS.burst,
+        wait_retries: bool = WORKER_DEFAULTS.wait_retries,
         idle_wait: float = WORKER_DEFAULTS.idle_wait,
         reclaim_interval: float = WORKER_DEFAULTS.reclaim_interval,
         priority_mode: PriorityMode = WORKER_DEFAULTS.priority_mode,
@@ -86,6 +89,7 @@ class Worker:
             lease=lease,
             grace=grace,
             burst=burst,
+            wait_retries=wait_retries,
             idle_wait=idle_wait,
             reclaim_interval=reclaim_interval,
             priority_mode=priority_mode,

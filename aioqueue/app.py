@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, overload
 
 from .backoff import Backoff, Exponential
 from .errors import ConfigError, ServerUnavailable
@@ -20,7 +20,7 @@ from .settings import (
 )
 from .store.connection import Clients, make_clients
 from .store.scripts import load_all
-from .task import TASK_DEFAULTS, Task, TaskOptions
+from .task import TASK_DEFAULTS, UNLIMITED, Task, TaskOptions
 from .worker import Worker
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ class App:
         name: str | None = ...,
         queue: str | None = ...,
         timeout: float | None = ...,
-        retries: int | None = ...,
+        retries: int | Literal["forever"] | None = ...,
         backoff: Backoff | None = ...,
         priority: int | str = ...,
         never_retry: tuple[type[BaseException], ...] = ...,
@@ -107,7 +107,7 @@ class App:
         name: str | None = None,
         queue: str | None = None,
         timeout: float | None = TASK_DEFAULTS.timeout,
-        retries: int | None = None,
+        retries: int | Literal["forever"] | None = None,
         backoff: Backoff | None = None,
         priority: int | str = TASK_DEFAULTS.priority,
         never_retry: tuple[type[BaseException], ...] = TASK_DEFAULTS.never_retry,
@@ -116,9 +116,11 @@ class App:
         """Register a handler (async, or plain ``def`` run in a thread) as a task.
 
         ``retries`` is how many times a failed job runs again (default: the app's
-        ``default_max_attempts - 1``); ``backoff`` spaces them (exponential with jitter).
+        ``default_max_attempts - 1``), or ``"forever"``: until it succeeds, only a
+        ``never_retry`` error or a cancellation ending it; ``backoff`` spaces them
+        (exponential with jitter, capped).
         """
-        max_attempts = retries + 1 if retries is not None else self.settings.default_max_attempts
+        max_attempts = self._max_attempts(retries)
 
         def register(handler: Callable[..., Any]) -> Task[..., Any]:
             options = TaskOptions(
@@ -138,6 +140,15 @@ class App:
             return registered
 
         return register(fn) if fn is not None else _TaskDecorator(register)
+
+    def _max_attempts(self, retries: int | Literal["forever"] | None) -> int:
+        if retries is None:
+            return self.settings.default_max_attempts
+        if retries == "forever":
+            return UNLIMITED
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ConfigError(f"retries must be an int >= 0, 'forever' or None, got {retries!r}")
+        return retries + 1
 
     # -- middleware and lifecycle hooks ----------------------------------------------------
 

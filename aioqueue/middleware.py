@@ -31,7 +31,7 @@ class JobContext:
     queue: str
     task: str
     attempt: int  # 1 on the first run
-    max_attempts: int
+    max_attempts: int  # -1: unlimited (retries="forever")
     state: dict[str, Any]  # the worker's shared state, filled by startup hooks
 
 

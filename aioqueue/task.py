@@ -23,6 +23,11 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+UNLIMITED = -1
+"""``max_attempts`` of a task with ``retries="forever"``: only ``never_retry`` errors and
+cancellation end its job (its record's ``m`` field says -1 too)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TaskOptions:
     """Per-task settings, given on the decorator and kept apart from the task's arguments."""
@@ -40,7 +45,7 @@ class TaskOptions:
         validate_name("task", self.name)
         validate_name("queue", self.queue)
         check_timeout(self.timeout, f"task {self.name}")
-        if self.max_attempts < 1:
+        if self.max_attempts < 1 and self.max_attempts != UNLIMITED:
             raise ConfigError(f"task {self.name}: max_attempts must be at least 1")
         resolve_priority(self.priority)
 

@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 
 from aioqueue.store import records, scripts
 from aioqueue.store.keys import QueueKeys
-from tests.script_helpers import put, take
+from tests.script_helpers import lease, put, take
 
 FAR = 3_600_000  # an hour: "not due" for as long as any test runs
 
@@ -317,3 +317,14 @@ async def test_reclaim_ends_a_job_whose_abort_was_requested_as_cancelled(
     assert result == records.Reclaimed(requeued=0, buried=1)
     assert await db.hget(keys.job("a"), "s") == b"cancelled"
     assert await db.llen(keys.ready(0)) == 0
+
+
+async def test_reclaim_never_buries_a_job_that_retries_forever(db: Redis, keys: QueueKeys) -> None:
+    await put(db, keys, "a", max_attempts=-1)
+    for attempt in range(1, 6):
+        job = await lease(db, keys, "a")
+        assert job.attempts == attempt
+        await expire_leases(db, keys, "a")
+        reclaimed = await scripts.reclaim(db, keys, limit=10, default_max_attempts=3)
+        assert reclaimed == records.Reclaimed(requeued=1, buried=0)
+    assert await db.hget(keys.job("a"), "s") == b"queued"

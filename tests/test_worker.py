@@ -511,3 +511,41 @@ async def test_a_burst_worker_can_leave_its_retries_for_later(app: aioqueue.App)
     worker = await run_until_idle(app, wait_retries=False)
     assert worker.outcomes == {"retry": 1}
     assert await job.status() is aioqueue.JobStatus.SCHEDULED
+
+
+async def test_retries_forever_until_it_succeeds(app: aioqueue.App) -> None:
+    calls = 0
+
+    @app.task(retries="forever", backoff=aioqueue.Fixed(0))
+    async def stubborn() -> int:
+        nonlocal calls
+        calls += 1
+        if calls <= 5:  # past the app's default of 3 attempts
+            raise ConnectionError("not yet")
+        return calls
+
+    job = await stubborn.enqueue()
+    worker = await run_until_idle(app)
+    assert worker.outcomes == {"retry": 5, "complete": 1}
+    assert await job.result(timeout=1) == 6
+    assert (await job.info()).max_attempts == -1
+
+
+async def test_retries_forever_still_ends_on_a_never_retry_error(app: aioqueue.App) -> None:
+    @app.task(retries="forever", backoff=aioqueue.Fixed(0), never_retry=(KeyError,))
+    async def doomed() -> None:
+        raise KeyError("no such thing")
+
+    job = await doomed.enqueue()
+    worker = await run_until_idle(app)
+    assert worker.outcomes == {"bury": 1}
+    assert (await error_of(job)).error_type == "KeyError"
+
+
+@pytest.mark.parametrize("retries", [-1, 1.5, True, "always"])
+async def test_bad_retries_raise(app: aioqueue.App, retries: Any) -> None:
+    with pytest.raises(aioqueue.ConfigError, match="retries"):
+        app.task(retries=retries)(_noop)
+
+
+async def _noop() -> None: ...

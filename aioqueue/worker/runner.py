@@ -167,7 +167,7 @@ def failed(taken: Taken, task: Task[..., Any], exc: BaseException) -> Settlement
     error = encode_error(type(exc).__name__, str(exc), _format(exc))
     max_attempts = taken.max_attempts or task.options.max_attempts
     retryable = not isinstance(exc, task.options.never_retry)
-    if retryable and taken.attempts < max_attempts:
+    if retryable and (max_attempts < 0 or taken.attempts < max_attempts):  # < 0: forever
         if isinstance(exc, Retry) and exc.delay is not None:
             delay = exc.delay
         else:

@@ -17,7 +17,7 @@ KEYS[6..]    ready          LIST  the ready lists of the priorities this call us
 ARGV[1]      count          jobs in this call
 ARGV[2]      priorities     the priorities of KEYS[6..], comma-separated, e.g. "5" or "9,5"
 ARGV[3..]    six per job: id, payload (JSON), priority (0..9, written as in ARGV[2]),
-             max_attempts (0 = the worker's default), delay_ms (from now on the Redis
+             max_attempts (0 = the worker's default, -1 = unlimited), delay_ms (from now on the Redis
              clock; <= 0 for none), due_ms (epoch ms; <= 0 for none; the later of the two
              wins); integers in decimal, stored as sent
 ARGV[9..10]  only with count = 1, optionally: periodic spec name, tick_ms — the job is

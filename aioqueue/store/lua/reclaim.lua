@@ -9,7 +9,8 @@ KEYS[3]      notify      LIST  wake-up tokens
 KEYS[4]      job_prefix        prefix of job records; carries the queue's hash tag
 KEYS[5..14]  ready       LIST  ready lists of priorities 0..9
 ARGV[1] limit                  max jobs per call
-ARGV[2] default_max_attempts   for jobs enqueued without their own maximum
+ARGV[2] default_max_attempts   for jobs enqueued without their own maximum (m = 0); a
+                               job with m < 0 retries forever and is never buried here
 ARGV[3] result_ttl_ms          how long the record of a job whose abort was requested is kept
 
 Returns {requeued, buried, id_1, payload_1, attempts_1, max_attempts_1, id_2, ...}: buried
@@ -40,9 +41,9 @@ for i = 1, #expired do
   elseif record[1] == 'active' then
     local attempts = tonumber(record[2] or 0) or 0
     local max = tonumber(record[3] or 0) or 0
-    if max <= 0 then max = default_max end
+    if max == 0 then max = default_max end
     redis.call('HDEL', key, 'w')
-    if attempts >= max then
+    if max > 0 and attempts >= max then
       local message = 'lease expired ' .. attempts .. ' time(s): the worker died or stalled'
       redis.call('HSET', key, 's', 'dead', 'ft', now, 'e', error_json('LeaseExpired', message))
       redis.call('ZADD', dead, now, id)

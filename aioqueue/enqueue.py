@@ -72,6 +72,17 @@ class JobOptions:
 NO_OPTIONS = JobOptions()  # shared by every call that sets none (it is frozen)
 
 
+_VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
+
+
+def new_job_id() -> str:
+    """A random UUID (RFC 9562, version 4) in canonical form, from 16 random bytes with the
+    version and variant digits set (``str(uuid.uuid4())`` costs four times as much, and
+    this runs on every enqueue)."""
+    h = os.urandom(16).hex()
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}"
+
+
 def check_job_id(job_id: str) -> None:
     """Reject ids that cannot be a caller's: not a str, empty, or in a reserved namespace."""
     if not isinstance(job_id, str):
@@ -105,7 +116,7 @@ def prepare(
         except TypeError as exc:
             raise InvalidArguments(f"task {name!r} cannot take these arguments: {exc}") from exc
     payload = encode_payload(name, args, kwargs, options.timeout, max_payload_bytes)
-    job_id = os.urandom(16).hex() if options.id is None else options.id
+    job_id = new_job_id() if options.id is None else options.id
     if options is NO_OPTIONS:  # most enqueues: the task's defaults, nothing to resolve
         if known is None:
             return NewJob(job_id, payload, DEFAULT_PRIORITY)

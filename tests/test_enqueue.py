@@ -4,6 +4,7 @@ delayed and timed jobs, cancellation (DESIGN.md §3, §5)."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -365,3 +366,15 @@ async def test_unreachable_redis_is_a_clear_error_with_the_job_id() -> None:
     assert "retry with .options(id='order-42')" in str(raised.value)
     assert isinstance(raised.value, aioqueue.ServerUnavailable)
     await app.close()
+
+
+async def test_generated_ids_are_canonical_uuid4(app: aioqueue.App) -> None:
+    @app.task
+    async def noop() -> None: ...
+
+    jobs = [await noop.enqueue() for _ in range(200)]
+    jobs += await app.queue().enqueue_many(noop.enqueue() for _ in range(200))
+    for job in jobs:
+        parsed = uuid.UUID(job.id)
+        assert (parsed.version, parsed.variant, str(parsed)) == (4, uuid.RFC_4122, job.id)
+    assert len({job.id for job in jobs}) == 400

@@ -97,6 +97,12 @@ def _add_worker_command(worker: argparse.ArgumentParser) -> None:
         default=WORKER_DEFAULTS.grace,
         help="shutdown grace seconds (default: %(default)s)",
     )
+    add(
+        "--queue-order",
+        choices=["fair", "strict"],
+        default=WORKER_DEFAULTS.queue_order,
+        help="strict: the order of -q is the queues' priority (default: %(default)s)",
+    )
     add("--burst", action="store_true", help="exit once nothing is ready, running or due")
     add(
         "--no-wait-retries",
@@ -165,6 +171,7 @@ def run_worker(app: App, args: argparse.Namespace) -> int:
             grace=args.grace,
             burst=args.burst,
             wait_retries=args.wait_retries,
+            queue_order=args.queue_order,
         )
         _run_leaving_abandoned_tasks(_serve(app, worker), uvloop=args.uvloop)
     return 0
@@ -241,6 +248,7 @@ def _run_processes(app: App, args: argparse.Namespace) -> int:
     for queue in args.queues or ():
         argv += ["--queue", queue]
     argv += ["--burst"] if args.burst else []
+    argv += ["--queue-order", args.queue_order]
     argv += [] if args.wait_retries else ["--no-wait-retries"]
     argv += ["--uvloop"] if args.uvloop else []
     env = {**os.environ, ENV_REDIS_URL: app.redis_url or ""}

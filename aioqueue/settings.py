@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from .errors import ConfigError
 from .priorities import PriorityMode, planner
@@ -24,6 +24,11 @@ ENV_REDIS_URL = "AIOQUEUE_REDIS_URL"
 ENV_PREFIX = "AIOQUEUE_PREFIX"
 DEFAULT_PREFIX = "aioqueue"
 DEFAULT_QUEUE = "default"
+
+QueueOrder = Literal["fair", "strict"]
+"""How a worker of several queues shares its slots between them: "fair", every queue
+takes as it has work; "strict", a queue takes only while the ones listed before it have
+no work announced."""
 
 
 def check_timeout(timeout: float | None, where: str) -> None:
@@ -98,6 +103,7 @@ class WorkerSettings:
     loop_lag_warning: float = 1.0  # log the job that blocks the event loop this long
     priority_mode: PriorityMode = "strict"
     priority_weights: Mapping[int, float] | None = None
+    queue_order: QueueOrder = "fair"  # "strict": the order of ``queues`` is their priority
 
     def __post_init__(self) -> None:
         if not self.queues:
@@ -117,6 +123,8 @@ class WorkerSettings:
         if self.reclaim_interval <= 0:
             raise ConfigError("reclaim_interval must be positive")
         planner(self.priority_mode, self.priority_weights)  # validates both
+        if self.queue_order not in ("fair", "strict"):
+            raise ConfigError(f"unknown queue_order {self.queue_order!r}: 'fair' or 'strict'")
 
     @property
     def lease_ms(self) -> int:

@@ -6,7 +6,7 @@ import pytest
 
 import aioqueue
 from aioqueue.priorities import planner, resolve_priority, strict_plan
-from tests.helpers import run_until_idle
+from tests.helpers import drain, run_until_idle
 
 
 def test_names_and_bounds() -> None:
@@ -68,3 +68,41 @@ async def test_weighted_mode_lets_low_levels_through_a_flood(app: aioqueue.App) 
     assert any(tag.startswith("low") for tag in order[:20])
     lows = [tag for tag in order if tag.startswith("low")]
     assert lows == [f"low{i}" for i in range(30)]  # still FIFO within the level
+
+
+async def test_strict_queue_order_serves_the_queues_in_the_order_listed(
+    app: aioqueue.App,
+) -> None:
+    ran: list[str] = []
+
+    @app.task
+    async def job(tag: str) -> None:
+        ran.append(tag)
+
+    for n in range(5):  # the low queue's jobs are older: a fair worker would mix them in
+        await app.queue("low").enqueue(job, f"low{n}")
+    for n in range(5):
+        await app.queue("high").enqueue(job, f"high{n}")
+    await drain(app, queues=["high", "low"], queue_order="strict", concurrency=1)
+    assert ran == [f"high{n}" for n in range(5)] + [f"low{n}" for n in range(5)]
+
+
+async def test_strict_queue_order_takes_a_lower_queue_while_the_higher_is_dry(
+    app: aioqueue.App,
+) -> None:
+    @app.task
+    async def job(tag: str) -> str:
+        return tag
+
+    async with app.worker(queues=["high", "low"], queue_order="strict", concurrency=1):
+        low = await app.queue("low").enqueue(job, "low")  # nothing above it: it runs
+        assert await low.result(timeout=5) == "low"
+        high = await app.queue("high").enqueue(job, "high")
+        assert await high.result(timeout=5) == "high"
+        later = await app.queue("low").enqueue(job, "later")
+        assert await later.result(timeout=5) == "later"
+
+
+def test_queue_order_must_be_fair_or_strict(app: aioqueue.App) -> None:
+    with pytest.raises(aioqueue.ConfigError, match="queue_order"):
+        app.worker(queue_order="random")

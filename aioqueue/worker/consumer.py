@@ -50,6 +50,7 @@ class QueueConsumer(Component):
         settings: WorkerSettings,
         result_ttl_ms: int,
         worker_id: str,
+        order: StrictOrder | None = None,
     ) -> None:
         super().__init__()
         self.redis, self.keys, self.settings = redis, acks.keys, settings
@@ -65,6 +66,10 @@ class QueueConsumer(Component):
         # one call, not TAKES_IN_FLIGHT (the extra calls would only delay that job).
         self._probing = True
         self._plan = planner(settings.priority_mode, settings.priority_weights)
+        self.dry = False  # the queue ran out of work (as far as this worker knows)
+        self._order = order
+        if order is not None:
+            order.append(self)
 
     def loops(self) -> list[Coroutine[Any, Any, None]]:
         return [self._fetch_loop()]
@@ -115,17 +120,29 @@ class QueueConsumer(Component):
             await wait_event(self.stopping, RETRY_PAUSE)
             return False, False
         landed_before, self._dry_since = self._dry_since or 0, None
+        self._set_dry(True)
         if self.settings.burst:
             return await self._drained(landed_before), False
         woken = await self._wait_for_work()
         self._probing = True
+        if woken:
+            self._set_dry(False)
         return False, woken
+
+    def _set_dry(self, dry: bool) -> None:
+        if dry != self.dry:
+            self.dry = dry
+            if self._order is not None:
+                self._order.changed()
 
     async def _reserve_take(self) -> int:
         """Wait for room for the next take (a chunk's worth while other takes are out, any
         room when none is) and reserve it; 0 when the loop has something else to do."""
         slots = self._slots
         while not (self.stopping.is_set() or self._failed or self._dry_since is not None):
+            if self._order is not None and self._order.ahead_busy(self):
+                await self._order.wait(self.stopping)
+                continue
             chunk = min(MAX_TAKE, max(MIN_TAKE_CHUNK, slots.capacity // TAKES_IN_FLIGHT))
             out = self._takes_out
             limit = 1 if self._probing else TAKES_IN_FLIGHT
@@ -138,7 +155,8 @@ class QueueConsumer(Component):
         """Promote up to ``limit`` due jobs, and take what there is room for in the same
         call: the promoter's call when a delayed job falls due, so it is leased one round
         trip after it is due (not a promote, then a notify token, then a take)."""
-        room = 0 if self.stopping.is_set() else self._slots.reserve(MAX_TAKE)
+        behind = self._order is not None and self._order.ahead_busy(self)
+        room = 0 if self.stopping.is_set() or behind else self._slots.reserve(MAX_TAKE)
         if room:
             self._takes_out += 1
             result = await self._take(room, woken=False, promote=limit)
@@ -171,6 +189,8 @@ class QueueConsumer(Component):
             self._probing = False  # the queue has more: pipeline the takes
         elif self._dry_since is None or landed_before < self._dry_since:
             self._dry_since = landed_before
+        if result.jobs:
+            self._set_dry(False)
         for job in result.jobs:  # first: their tasks then run before the fetch loop's next call
             self._inflight.admit(job, self._acks)
         self._slots.unreserve(limit - len(result.jobs))  # also wakes the fetch loop
@@ -219,6 +239,35 @@ class QueueConsumer(Component):
         if acks.retrying:
             await wait_event(self.stopping, RETRY_WAIT_POLL)
         return bool(acks.retrying)
+
+
+class StrictOrder:
+    """Strict priority between a worker's queues, in the order they were listed: a queue
+    takes only while every queue before it is dry (ran out of work, as its consumer
+    knows it). Running jobs are never preempted; this orders the takes."""
+
+    def __init__(self) -> None:
+        self._queues: list[QueueConsumer] = []
+        self._changed = asyncio.Event()
+
+    def append(self, consumer: QueueConsumer) -> None:
+        self._queues.append(consumer)
+
+    def ahead_busy(self, consumer: QueueConsumer) -> bool:
+        for other in self._queues:
+            if other is consumer:
+                return False
+            if not (other.dry or other.stopping.is_set()):
+                return True
+        return False
+
+    def changed(self) -> None:
+        """A queue went dry, or got work: whoever waits behind it looks again."""
+        self._changed.set()
+
+    async def wait(self, stopping: asyncio.Event) -> None:
+        self._changed.clear()
+        await wait_first(self._changed, stopping)
 
 
 def _log_take_crash(take: asyncio.Task[TakeResult | None]) -> None:

@@ -28,7 +28,7 @@ from ..settings import WORKER_DEFAULTS, WorkerSettings
 from ..store.keys import QueueKeys
 from .aborts import AbortListener
 from .acks import AckBatcher
-from .consumer import QueueConsumer
+from .consumer import QueueConsumer, StrictOrder
 from .heartbeat import Heartbeat
 from .inflight import InFlight
 from .leases import LeaseKeeper
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
     from ..app import App
     from ..priorities import PriorityMode
+    from ..settings import QueueOrder
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +64,9 @@ class Worker:
     (with ``wait_retries``, default True: a burst worker also waits for the delayed
     retries of the jobs it ran, and runs them),
     ``priority_mode`` ("strict": higher levels always first; "weighted": levels share the
-    slots by ``priority_weights``, default ``p + 1`` for level ``p``, so none starves).
+    slots by ``priority_weights``, default ``p + 1`` for level ``p``, so none starves),
+    ``queue_order`` ("fair": every queue takes as it has work; "strict": the order of
+    ``queues`` is their priority, a queue taking only while those before it are dry).
     """
 
     def __init__(
@@ -80,6 +83,7 @@ class Worker:
         reclaim_interval: float = WORKER_DEFAULTS.reclaim_interval,
         priority_mode: PriorityMode = WORKER_DEFAULTS.priority_mode,
         priority_weights: Mapping[int, float] | None = WORKER_DEFAULTS.priority_weights,
+        queue_order: QueueOrder = WORKER_DEFAULTS.queue_order,
         loop_lag_warning: float = WORKER_DEFAULTS.loop_lag_warning,
     ) -> None:
         self.app = app
@@ -95,12 +99,14 @@ class Worker:
             priority_mode=priority_mode,
             priority_weights=priority_weights,
             loop_lag_warning=loop_lag_warning,
+            queue_order=queue_order,
         )
         self.id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self.state: dict[str, Any] = {}  # shared resources from the app's startup hooks
         self._inflight = InFlight(RunEnv(app.find_task, (), self.state), concurrency=concurrency)
         self._burst_watch: asyncio.Task[None] | None = None
         self._consumers: list[QueueConsumer] = []
+        self._order = StrictOrder() if self.settings.queue_order == "strict" else None
         self._intake: list[Component] = []
         self._acks: list[AckBatcher] = []
         self._background: list[Component] = []
@@ -154,7 +160,7 @@ class Worker:
         acks = AckBatcher(redis, keys, result_ttl_ms=app_settings.result_ttl_ms)
         consumer = QueueConsumer(
             redis, acks, self._inflight, settings=settings,
-            result_ttl_ms=app_settings.result_ttl_ms, worker_id=self.id,
+            result_ttl_ms=app_settings.result_ttl_ms, worker_id=self.id, order=self._order,
         )  # fmt: skip
         promoter = Promoter(
             redis, keys, worker_id=self.id, idle_wait=settings.idle_wait,

@@ -24,7 +24,7 @@ from .task import TASK_DEFAULTS, UNLIMITED, Task, TaskOptions
 from .worker import Worker
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+    from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
     from types import TracebackType
 
     from redis.asyncio import Redis
@@ -56,6 +56,7 @@ class App:
         socket_timeout: float = APP_DEFAULTS.socket_timeout,
         connect_timeout: float = APP_DEFAULTS.connect_timeout,
         max_connections: int = APP_DEFAULTS.max_connections,
+        due_first: Iterable[str] = APP_DEFAULTS.due_first,
     ) -> None:
         self.settings = AppSettings(
             redis_url=redis_url,
@@ -69,6 +70,7 @@ class App:
             socket_timeout=socket_timeout,
             connect_timeout=connect_timeout,
             max_connections=max_connections,
+            due_first=frozenset([due_first] if isinstance(due_first, str) else due_first),
         )
         self._tasks: dict[str, Task[..., Any]] = {}
         self._periodic: dict[str, Periodic] = {}

@@ -67,9 +67,12 @@ class AppSettings:
     socket_timeout: float = 5.0
     connect_timeout: float = 5.0
     max_connections: int = 64
+    due_first: frozenset[str] = frozenset()  # queues whose due delayed jobs jump the queue
 
     def __post_init__(self) -> None:
         validate_name("queue", self.default_queue)
+        for queue in self.due_first:
+            validate_name("queue", queue)
         if self.max_payload_bytes <= 0:
             raise ConfigError("max_payload_bytes must be positive")
         if self.result_ttl < 0:

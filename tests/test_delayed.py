@@ -155,3 +155,33 @@ async def test_a_skewed_worker_clock_neither_starts_jobs_early_nor_strands_them(
 
 async def _total(runs: Counter[int], count: int) -> bool:
     return sum(runs.values()) >= count
+
+
+@pytest.mark.parametrize("due_first", [True, False])
+async def test_due_delayed_jobs_can_go_ahead_of_the_backlog(
+    redis_url: str, prefix: str, due_first: bool
+) -> None:
+    """With ``App(due_first=...)`` a delayed job that falls due runs next, not behind a
+    backlog of its own priority level; by default it waits its turn (FIFO)."""
+    app = aioqueue.App(redis_url=redis_url, prefix=prefix, due_first={"q"} if due_first else ())
+    ran: list[str] = []
+    timed: list[aioqueue.Job[None]] = []
+
+    @app.task(queue="q")
+    async def step(tag: str) -> None:
+        ran.append(tag)
+        if tag == "backlog0":  # the backlog is still there when the timed job falls due
+            await wait_until(lambda: _promoted(timed[0]), timeout=10)
+
+    try:
+        await app.queue("q").enqueue_many(step.enqueue(f"backlog{n}") for n in range(100))
+        timed.append(await step.enqueue("timed").options(delay=0.1))
+        async with app.worker(concurrency=1):
+            await wait_until(lambda: _ran(ran, 101), timeout=10)
+    finally:
+        await app.close()
+    assert ran.index("timed") == (1 if due_first else 100)
+
+
+async def _promoted(job: aioqueue.Job[None]) -> bool:
+    return await job.status() is not aioqueue.JobStatus.SCHEDULED

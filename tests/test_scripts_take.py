@@ -257,8 +257,8 @@ def test_the_packed_take_is_the_command_redis_py_would_send() -> None:
 
     keys = QueueKeys.for_queue("p", "q")
     for lease, numbers, pairs in [
-        ("w:1", (30_000, 10, 0, 86_400_000, 0), [(9, 10), (5, 3), (0, 10)]),
-        ("h\u00e9-2:17", (1, 0, 1, 0, 1000), []),  # promote only: no plan
+        ("w:1", (30_000, 10, 0, 86_400_000, 0, 0), [(9, 10), (5, 3), (0, 10)]),
+        ("h\u00e9-2:17", (1, 0, 1, 0, 1000, 1), []),  # promote only: no plan
     ]:
         script_keys: list[str] = [
             keys.active, keys.notify, keys.dead, keys.seq, keys.job_prefix,

@@ -182,7 +182,7 @@ async def enqueue(
 
 
 _TAKE_KEYS = 18  # as take.lua lists them
-_TAKE_ARGC = 3 + _TAKE_KEYS + 6  # EVALSHA sha numkeys, KEYS, ARGV before the plan's pairs
+_TAKE_ARGC = 3 + _TAKE_KEYS + 7  # EVALSHA sha numkeys, KEYS, ARGV before the plan's pairs
 
 
 @lru_cache(maxsize=256)
@@ -201,7 +201,8 @@ def _pack_take(
     keys: QueueKeys, lease: str, numbers: Sequence[int], pairs: Sequence[tuple[int, int]]
 ) -> bytes:
     """One take call, packed: KEYS as in take.lua, then ARGV: the lease, ``numbers``
-    (lease_ms, limit, woken, result_ttl_ms, promote) and the plan's (priority, quota) pairs."""
+    (lease_ms, limit, woken, result_ttl_ms, promote, front) and the plan's (priority,
+    quota) pairs."""
     return b"".join((
         wire.array(_TAKE_ARGC + 2 * len(pairs)), _take_head(keys),
         wire.bulk(keys.taken(lease).encode(), lease.encode()), wire.numbers(*numbers),
@@ -220,12 +221,15 @@ async def take(
     plan: Sequence[tuple[int, int]] | None = None,
     woken: bool = False,
     promote: int = 0,
+    due_first: bool = False,
 ) -> TakeResult:
-    """Promote up to ``promote`` due jobs, then lease up to ``limit`` jobs, visiting
-    priority levels by ``plan`` (default: strict, 9 to 0). Sent on a connection of the
-    client's pool, packed by hand (redis-py would spend ~20 µs packing it)."""
+    """Promote up to ``promote`` due jobs (ahead of the ready ones with ``due_first``),
+    then lease up to ``limit`` jobs, visiting priority levels by ``plan`` (default:
+    strict, 9 to 0). Sent on a connection of the client's pool, packed by hand (redis-py
+    would spend ~20 µs packing it)."""
     pairs = (plan or strict_plan(limit)) if limit else ()
-    command = _pack_take(keys, lease, (lease_ms, limit, int(woken), result_ttl_ms, promote), pairs)
+    numbers = (lease_ms, limit, int(woken), result_ttl_ms, promote, int(due_first))
+    command = _pack_take(keys, lease, numbers, pairs)
     pool = redis.connection_pool
     connection = await wire.checkout(pool)
     try:
@@ -245,12 +249,15 @@ def _promoted(reply: Sequence[Any]) -> Promoted:
     return Promoted(int(reply[1]), None if next_due < 0 else next_due, int(reply[0]))
 
 
-async def promote(redis: Redis, keys: QueueKeys, *, limit: int) -> Promoted:
-    """Move up to ``limit`` due jobs from the schedule to their ready lists."""
+async def promote(
+    redis: Redis, keys: QueueKeys, *, limit: int, due_first: bool = False
+) -> Promoted:
+    """Move up to ``limit`` due jobs from the schedule to their ready lists (to the front,
+    ahead of the ready jobs, with ``due_first``)."""
     reply = await _PROMOTE(
         redis,
         [keys.schedule, keys.notify, keys.dead, keys.seq, keys.job_prefix, *keys.ready_lists()],
-        [limit],
+        [limit, int(due_first)],
     )
     return _promoted(reply)
 

@@ -51,6 +51,7 @@ class QueueConsumer(Component):
         result_ttl_ms: int,
         worker_id: str,
         order: StrictOrder | None = None,
+        due_first: bool = False,
     ) -> None:
         super().__init__()
         self.redis, self.keys, self.settings = redis, acks.keys, settings
@@ -67,6 +68,7 @@ class QueueConsumer(Component):
         self._probing = True
         self._plan = planner(settings.priority_mode, settings.priority_weights)
         self.dry = False  # the queue ran out of work (as far as this worker knows)
+        self._due_first = due_first  # due delayed jobs go ahead of the ready ones
         self._order = order
         if order is not None:
             order.append(self)
@@ -162,7 +164,7 @@ class QueueConsumer(Component):
             result = await self._take(room, woken=False, promote=limit)
             if result is not None:
                 return result.promoted
-        return await scripts.promote(self.redis, self.keys, limit=limit)
+        return await scripts.promote(self.redis, self.keys, limit=limit, due_first=self._due_first)
 
     async def _take(self, limit: int, woken: bool, promote: int = 0) -> TakeResult | None:
         """One take call for ``limit`` reserved slots; admits the jobs it leases. None
@@ -175,7 +177,7 @@ class QueueConsumer(Component):
             result = await scripts.take(
                 self.redis, self.keys, lease=lease, lease_ms=self.settings.lease_ms,
                 limit=limit, result_ttl_ms=self._result_ttl_ms, plan=self._plan(limit),
-                woken=woken, promote=promote,
+                woken=woken, promote=promote, due_first=self._due_first,
             )  # fmt: skip
         except Exception as exc:  # RedisError, or a reply it could not parse
             logger.warning("taking jobs from %s failed: %r", self.keys.name, exc)
@@ -222,7 +224,9 @@ class QueueConsumer(Component):
             await wait_first(acks.landing, self.stopping)
             return False
         try:
-            promoted = await scripts.promote(self.redis, self.keys, limit=1000)
+            promoted = await scripts.promote(
+                self.redis, self.keys, limit=1000, due_first=self._due_first
+            )
             if promoted.count:
                 return False
             return not await self._retries_pending()

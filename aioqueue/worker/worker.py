@@ -161,6 +161,7 @@ class Worker:
         consumer = QueueConsumer(
             redis, acks, self._inflight, settings=settings,
             result_ttl_ms=app_settings.result_ttl_ms, worker_id=self.id, order=self._order,
+            due_first=keys.name in app_settings.due_first,
         )  # fmt: skip
         promoter = Promoter(
             redis, keys, worker_id=self.id, idle_wait=settings.idle_wait,

@@ -12,6 +12,7 @@ KEYS[4]      seq         STRING counter for minted ids (poison entries)
 KEYS[5]      job_prefix        prefix of job records; carries the queue's hash tag
 KEYS[6..15]  ready       LIST  ready lists of priorities 0..9
 ARGV[1] limit   promote at most this many (bounds run time and unpack())
+ARGV[2] front   1: promoted jobs go ahead of the jobs already ready (due first), 0: behind
 
 Returns {now_us, promoted, next_due_ms}: the Redis clock in microseconds (so a promoter can
 sleep to the exact due time), how many were promoted, and the schedule's head after this
@@ -20,9 +21,9 @@ call (-1 if empty).
 -- @include clock
 -- @include promote_due
 local schedule, notify, dead, seq, job_prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local limit = tonumber(ARGV[1])
+local limit, front = tonumber(ARGV[1]), ARGV[2] == '1'
 local now, now_us = redis_clock()
 
-local promoted = promote_due(schedule, notify, dead, seq, job_prefix, 6, now, limit)
+local promoted = promote_due(schedule, notify, dead, seq, job_prefix, 6, now, limit, front)
 local head = redis.call('ZRANGE', schedule, 0, 0, 'WITHSCORES')
 return {now_us, promoted, tonumber(head[2] or -1)}

@@ -38,7 +38,8 @@ ARGV[4] woken     1 if the caller's BLPOP just consumed a notify token, else 0: 
                   trimmed are one per entry popped, minus the one already consumed
 ARGV[5] result_ttl_ms  how long a skipped cancelled record is kept; 0 deletes it
 ARGV[6] promote   promote up to this many due jobs first (0: none; bounds run time)
-ARGV[7..] pairs   priority (0..9), quota: the plan (none needed when limit is 0). Unless it
+ARGV[7] front     1: promoted jobs go ahead of the jobs already ready (due first), 0: behind
+ARGV[8..] pairs   priority (0..9), quota: the plan (none needed when limit is 0). Unless it
                   lists all ten levels, the notify tokens of the levels left out are kept.
 
 Returns {now_us, promoted, next_due_ms, id_1, payload_1, attempts_1, max_attempts_1, id_2,
@@ -53,9 +54,9 @@ local active, notify, dead, seq, job_prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local READY, schedule, skips, taken_key = 6, KEYS[16], KEYS[17], KEYS[18]
 local lease, lease_ms, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local woken, result_ttl_ms = tonumber(ARGV[4]), tonumber(ARGV[5])
-local promote_limit = tonumber(ARGV[6])
-if limit > 0 and #ARGV < 8 then
-  return redis.error_reply('take: no priority plan given (ARGV[7..])')
+local promote_limit, front = tonumber(ARGV[6]), ARGV[7] == '1'
+if limit > 0 and #ARGV < 9 then
+  return redis.error_reply('take: no priority plan given (ARGV[8..])')
 end
 local now, now_us = redis_clock()
 local out = {now_us, 0, -1}
@@ -78,7 +79,7 @@ end
 
 -- (2) Promote due jobs first, so the take below can lease them.
 if promote_limit > 0 then
-  out[2] = promote_due(schedule, notify, dead, seq, job_prefix, READY, now, promote_limit)
+  out[2] = promote_due(schedule, notify, dead, seq, job_prefix, READY, now, promote_limit, front)
   local head = redis.call('ZRANGE', schedule, 0, 0, 'WITHSCORES')
   out[3] = tonumber(head[2] or -1)
 end
@@ -126,13 +127,13 @@ local function drain(priority, want)
 end
 
 local partial = false -- any quota below the limit: a second pass may find more
-for i = 7, #ARGV, 2 do
+for i = 8, #ARGV, 2 do
   local quota = tonumber(ARGV[i + 1])
   if quota < limit then partial = true end
   drain(tonumber(ARGV[i]), quota)
 end
 if partial then
-  for i = 7, #ARGV, 2 do drain(tonumber(ARGV[i]), limit) end
+  for i = 8, #ARGV, 2 do drain(tonumber(ARGV[i]), limit) end
 end
 
 -- (4) Record what this lease took (for a resend), and trim the notify tokens: one per
@@ -141,7 +142,7 @@ if taken > 0 then
   redis.call('RPUSH', taken_key, unpack(taken_ids))
   redis.call('PEXPIRE', taken_key, lease_ms)
 end
-local every_level = (#ARGV - 6) / 2 >= 10
+local every_level = (#ARGV - 7) / 2 >= 10
 if taken < limit and every_level then
   redis.call('DEL', notify) -- every ready list is empty now
 elseif popped > woken then

@@ -1,17 +1,21 @@
 -- promote_due: move up to `limit` due jobs from the schedule to the end of their ready
 -- lists (KEYS[ready_first + priority]), in due order, with one notify token each, so
--- workers wake for them. Entries whose record is no longer scheduled (cancelled) are only
+-- workers wake for them; with `front`, to the front instead (due first: ahead of the
+-- jobs already ready at their priority, still in due order among themselves). Entries whose record is no longer scheduled (cancelled) are only
 -- removed; entries that are not a job are buried. Each due job is promoted exactly once
 -- however many callers race, because the whole script is atomic. Returns the count.
 -- @include notify
 -- @include ready
 -- @include poison
-local function promote_due(schedule, notify, dead, seq, job_prefix, ready_first, now, limit)
+local function promote_due(schedule, notify, dead, seq, job_prefix, ready_first, now, limit,
+    front)
   local due = redis.call('ZRANGEBYSCORE', schedule, '-inf', '(' .. (now + 1), 'LIMIT', 0, limit)
   if #due == 0 then return 0 end
   redis.call('ZREM', schedule, unpack(due))
   local promoted = 0
-  for i = 1, #due do
+  local first, last, step, push = 1, #due, 1, 'RPUSH'
+  if front then first, last, step, push = #due, 1, -1, 'LPUSH' end -- last due pushed first
+  for i = first, last, step do
     local record = redis.pcall('HMGET', job_prefix .. due[i], 's', 'pr')
     if record.err then
       bury_foreign(dead, seq, job_prefix, now, due[i], 'job record is not a hash')
@@ -19,7 +23,7 @@ local function promote_due(schedule, notify, dead, seq, job_prefix, ready_first,
       bury_foreign(dead, seq, job_prefix, now, due[i], 'schedule entry has no job record')
     elseif record[1] == 'scheduled' then
       redis.call('HSET', job_prefix .. due[i], 's', 'queued')
-      redis.call('RPUSH', ready_key(ready_first, record[2]), due[i])
+      redis.call(push, ready_key(ready_first, record[2]), due[i])
       promoted = promoted + 1
     end
   end

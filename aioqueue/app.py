@@ -20,6 +20,7 @@ from .settings import (
 )
 from .store.connection import Clients, make_clients
 from .store.scripts import load_all
+from .store.server import warn_if_evicting
 from .task import TASK_DEFAULTS, UNLIMITED, Task, TaskOptions
 from .worker import Worker
 
@@ -319,6 +320,7 @@ class App:
             self._clients = make_clients(url, self.settings)
             self._client_loop = loop
             await load_all(self._clients.internal)
+            await warn_if_evicting(self._clients.internal)
         return self._clients
 
     async def close(self) -> None:

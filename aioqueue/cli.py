@@ -22,6 +22,8 @@ from .app import App
 from .errors import AioqueueError, ConfigError
 from .settings import ENV_REDIS_URL, WORKER_DEFAULTS
 from .store.embedded import EmbeddedServer
+from .store.heartbeats import mixed_task_sets
+from .store.server import eviction
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Iterator, Sequence
@@ -269,7 +271,9 @@ def _run_processes(app: App, args: argparse.Namespace) -> int:
 
 
 async def run_check(app: App, args: argparse.Namespace) -> int:
-    """Print the live workers per queue; 0 if every queue has one, else 1."""
+    """Print the live workers per queue, and what is wrong: 1 if a queue has no live
+    worker or the server may evict queue keys, else 0. Workers of one queue that serve
+    different task sets are a warning (a deploy in progress looks the same)."""
     if not app.redis_url:
         raise ConfigError(f"check needs a Redis URL (--redis-url or {ENV_REDIS_URL})")
     healthy = True
@@ -279,6 +283,12 @@ async def run_check(app: App, args: argparse.Namespace) -> int:
             healthy = healthy and bool(workers)
             running = sum(int(worker.get("running", 0)) for worker in workers)
             print(f"{name}: {len(workers)} live worker(s), {running} job(s) running")  # noqa: T201
+            if (mixed := mixed_task_sets(workers)) is not None:
+                print(f"WARNING {name}: {mixed}")  # noqa: T201
+        evicting = await eviction(await app.client())
+        if (problem := evicting.problem()) is not None:
+            print(f"PROBLEM: {problem}")  # noqa: T201
+            healthy = healthy and not evicting.unsafe
     finally:
         await app.close()
     return 0 if healthy else 1

@@ -9,9 +9,11 @@ import sys
 from collections.abc import Sequence
 
 import pytest
+from redis.asyncio import Redis
 
 import aioqueue
-from tests.helpers import wait_until
+from aioqueue.store.embedded import EmbeddedServer
+from tests.helpers import run_until_idle, wait_until
 
 TARGET = "tests.cli_app:app"
 
@@ -161,3 +163,84 @@ def test_burst_waits_for_retries_unless_told_not_to() -> None:
     parse = build_parser().parse_args
     assert parse(["worker", "m:app", "--burst"]).wait_retries is True
     assert parse(["worker", "m:app", "--burst", "--no-wait-retries"]).wait_retries is False
+
+
+async def test_workers_of_two_apps_on_one_queue_are_a_loud_warning(
+    cli_env: dict[str, str], redis_url: str, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two unrelated apps on one server and prefix share queue "default": each buries the
+    other's jobs as UnknownTask. Workers say so at start, and check prints it."""
+    billing = aioqueue.App(redis_url=redis_url, prefix=prefix)
+    mailer = aioqueue.App(redis_url=redis_url, prefix=prefix)
+    billing.task(name="charge")(_noop)
+    mailer.task(name="send_mail")(_noop)
+    try:
+        async with billing.worker(queues=["default"]):
+            await wait_until(lambda: _has_live_worker(billing))
+            async with mailer.worker(queues=["default"]):
+                await wait_until(lambda: _logged(caplog, "serve different task sets"))
+                code, out, _ = await run_cli(["check", TARGET], env=cli_env)
+    finally:
+        await billing.close()
+        await mailer.close()
+    warning = next(r.getMessage() for r in caplog.records if "different task" in r.getMessage())
+    assert "[charge]" in warning and "[send_mail]" in warning and "prefix" in warning
+    assert "WARNING default: live workers serve different task sets" in out
+    assert code == 0  # a warning: a rolling deploy looks the same
+
+
+async def _noop() -> None: ...
+
+
+async def _logged(caplog: pytest.LogCaptureFixture, text: str) -> bool:
+    return any(text in record.getMessage() for record in caplog.records)
+
+
+async def test_an_evicting_server_is_a_loud_warning_and_fails_check(
+    prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Under allkeys-lru a full server silently deletes queue keys: jobs vanish."""
+    with EmbeddedServer(extra_args=["--maxmemory-policy", "allkeys-lru"]) as server:
+        app = aioqueue.App(redis_url=server.url, prefix=prefix)
+        await app.queue().status("any")  # the first use connects
+        assert any("maxmemory-policy is 'allkeys-lru'" in r.getMessage() for r in caplog.records)
+        caplog.clear()
+        async with app.worker():
+            await wait_until(lambda: _logged(caplog, "maxmemory-policy"))
+        await app.close()
+        env = {**os.environ, "AIOQUEUE_REDIS_URL": server.url, "TEST_PREFIX": prefix}
+        code, out, _ = await run_cli(["check", TARGET], env=env)
+    assert code == 1
+    assert "PROBLEM: Redis maxmemory-policy is 'allkeys-lru'" in out
+
+
+async def test_a_server_that_refuses_config_is_no_error(
+    redis_url: str, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Managed services and ACLs often deny CONFIG: aioqueue carries on without knowing."""
+    admin = Redis.from_url(redis_url)
+    user = f"noconfig{prefix}"
+    await admin.acl_setuser(
+        user,
+        enabled=True,
+        passwords=["+pw"],
+        keys=["*"],
+        channels=["*"],
+        commands=["+@all", "-config"],
+    )
+    host_port = redis_url.removeprefix("redis://")
+    app = aioqueue.App(redis_url=f"redis://{user}:pw@{host_port}", prefix=prefix)
+    try:
+
+        @app.task
+        async def ping() -> str:
+            return "pong"
+
+        job = await ping.enqueue()
+        await run_until_idle(app)
+        assert await job.result(timeout=1) == "pong"
+        assert not any("maxmemory" in r.getMessage() for r in caplog.records)
+    finally:
+        await app.close()
+        await admin.acl_deluser(user)
+        await admin.aclose()

@@ -31,6 +31,26 @@ async def clear(redis: Redis, keys: QueueKeys, worker_id: str) -> None:
         await pipe.execute()
 
 
+def mixed_task_sets(beats: list[dict[str, Any]]) -> str | None:
+    """If the live workers of one queue serve different task sets (two apps sharing a
+    prefix and a queue name, or a deploy half done), say how; else None. A worker that
+    lacks a job's task buries it as UnknownTask, so this is worth a loud warning."""
+    sets: dict[tuple[str, ...], list[str]] = {}
+    for beat in beats:
+        if isinstance(beat.get("tasks"), list):  # older workers do not say
+            sets.setdefault(tuple(sorted(beat["tasks"])), []).append(str(beat.get("id")))
+    if len(sets) < 2:
+        return None
+    described = "; ".join(
+        f"{', '.join(workers)} run [{', '.join(tasks)}]" for tasks, workers in sorted(sets.items())
+    )
+    return (
+        f"live workers serve different task sets ({described}): a worker without a job's "
+        "task buries it as UnknownTask. Give each app its own prefix (App(prefix=...) or "
+        "AIOQUEUE_PREFIX), or finish the deploy"
+    )
+
+
 async def live_workers(redis: Redis, keys: QueueKeys) -> list[dict[str, Any]]:
     """The beats of the workers whose heartbeat is fresh; expired ids are pruned."""
     members = cast("set[bytes]", await redis.smembers(keys.workers))

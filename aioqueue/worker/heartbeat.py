@@ -17,10 +17,12 @@ import orjson
 from redis.exceptions import RedisError
 
 from ..store import heartbeats
+from ..store.heartbeats import mixed_task_sets
+from ..store.server import warn_if_evicting
 from .loops import Component, wait_event
 
 if TYPE_CHECKING:
-    from collections.abc import Coroutine, Sequence, Sized
+    from collections.abc import Coroutine, Iterable, Sequence, Sized
 
     from redis.asyncio import Redis
 
@@ -43,6 +45,7 @@ class Heartbeat(Component):
         worker_id: str,
         concurrency: int,
         running: Sized,
+        tasks: Iterable[str] = (),
     ) -> None:
         super().__init__()
         self._redis, self._queues, self._worker_id = redis, queues, worker_id
@@ -50,8 +53,10 @@ class Heartbeat(Component):
         self._static = {
             "id": worker_id, "host": socket.gethostname(), "pid": os.getpid(),
             "queues": [keys.name for keys in queues], "concurrency": concurrency,
-            "started_at": time.time(),
+            "started_at": time.time(), "tasks": sorted(tasks),
         }  # fmt: skip
+        self._eviction: str | None = None  # the problem last warned about
+        self._mixed: dict[str, str | None] = {}  # per queue, the mix last warned about
 
     def loops(self) -> list[Coroutine[Any, Any, None]]:
         return [self._run()]
@@ -59,9 +64,23 @@ class Heartbeat(Component):
     async def _run(self) -> None:
         while True:
             await self.beat()
+            await self.look_around()
             if await wait_event(self.stopping, BEAT_INTERVAL):
                 break
         await self.clear()
+
+    async def look_around(self) -> None:
+        """Warn (once per change) when the server may evict queue keys, or when the live
+        workers of a queue serve different task sets."""
+        try:
+            self._eviction = await warn_if_evicting(self._redis, known=self._eviction)
+            for keys in self._queues:
+                mixed = mixed_task_sets(await heartbeats.live_workers(self._redis, keys))
+                if mixed is not None and mixed != self._mixed.get(keys.name):
+                    logger.warning("queue %s: %s", keys.name, mixed)
+                self._mixed[keys.name] = mixed
+        except RedisError as exc:
+            logger.warning("worker %s: looking at the server failed: %r", self._worker_id, exc)
 
     async def beat(self) -> None:
         info = orjson.dumps({**self._static, "running": len(self._running), "beat_at": time.time()})

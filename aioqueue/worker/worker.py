@@ -198,7 +198,7 @@ class Worker:
             ),
             Heartbeat(
                 redis, queues, worker_id=self.id, concurrency=settings.concurrency,
-                running=inflight.running,
+                running=inflight.running, tasks=self.app.tasks,
             ),
         ]  # fmt: skip
 

@@ -59,6 +59,18 @@ def build_parser() -> argparse.ArgumentParser:
         )
     )
     _add_dead_command(commands.add_parser("dead", help="inspect and requeue dead jobs"))
+    reconcile = commands.add_parser(
+        "reconcile", help="put back jobs whose queue entry vanished (after an eviction)"
+    )
+    reconcile.add_argument("target", help="module:app")
+    reconcile.add_argument("--redis-url")
+    reconcile.add_argument(
+        "-q",
+        "--queue",
+        action="append",
+        dest="queues",
+        help="a queue to reconcile (repeatable; default: every queue of the app)",
+    )
     return parser
 
 
@@ -153,6 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_worker(app, args)
         if args.command == "check":
             return asyncio.run(run_check(app, args))
+        if args.command == "reconcile":
+            return asyncio.run(run_reconcile(app, args))
         return asyncio.run(run_dead(app, args))
     except AioqueueError as exc:
         logger.error("%s", exc)
@@ -292,6 +306,19 @@ async def run_check(app: App, args: argparse.Namespace) -> int:
     finally:
         await app.close()
     return 0 if healthy else 1
+
+
+async def run_reconcile(app: App, args: argparse.Namespace) -> int:
+    """Repair each queue's jobs whose entry vanished; print how many per queue."""
+    if not app.redis_url:
+        raise ConfigError(f"reconcile needs a Redis URL (--redis-url or {ENV_REDIS_URL})")
+    try:
+        for name in args.queues or app.queue_names():
+            repaired = await app.queue(name).reconcile()
+            print(f"{name}: {repaired} job(s) put back")  # noqa: T201
+    finally:
+        await app.close()
+    return 0
 
 
 # -- dead letters ------------------------------------------------------------------------

@@ -216,6 +216,17 @@ class Queue:
         concurrency, running, started_at, beat_at); expired ids are pruned."""
         return await heartbeats.live_workers(await self._host.client(), self.keys)
 
+    async def reconcile(self, *, batch: int = 500) -> int:
+        """Put back jobs whose entry vanished while their record stayed (a server that
+        evicted keys: see ``aioqueue check``): a queued job missing from its ready list is
+        made ready again, and so on. Scans every job record of the queue; returns how many
+        were repaired. Safe to run at any time, by any number of callers."""
+        redis = await self._host.client()
+        repaired = 0
+        async for ids in reads.job_ids(redis, self.keys, batch=batch):
+            repaired += await scripts.reconcile(redis, self.keys, ids)
+        return repaired
+
     # -- periodic jobs -----------------------------------------------------------------
 
     async def periodic_specs(self) -> list[Periodic]:

@@ -244,3 +244,16 @@ async def test_a_server_that_refuses_config_is_no_error(
         await app.close()
         await admin.acl_deluser(user)
         await admin.aclose()
+
+
+async def test_reconcile_command(cli_env: dict[str, str], producer: aioqueue.App) -> None:
+    job = await producer.queue().enqueue("shout", "lost")
+    redis = await producer.client()
+    await redis.delete(*producer.queue().keys.ready_lists())  # an eviction
+    code, out, err = await run_cli(["reconcile", TARGET], env=cli_env)
+    assert code == 0, err
+    assert "default: 1 job(s) put back" in out
+    code, _, err = await run_cli(["worker", TARGET, "--burst"], env=cli_env)
+    assert code == 0, err
+    assert await job.result(timeout=1) == "LOST"
+    await producer.close()

@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 import aioqueue
 from aioqueue.store import scripts
 from tests import delivery_app
-from tests.helpers import run_until_idle, wait_until
+from tests.helpers import counts, drain, run_until_idle, wait_until
 
 
 async def test_a_lost_wakeup_token_loses_no_job(app: aioqueue.App, redis: Redis) -> None:
@@ -93,3 +93,33 @@ async def _reclaim_once(app: aioqueue.App) -> bool:
 
 async def _has_items(redis: Redis, key: str) -> bool:
     return int(await redis.llen(key)) > 0
+
+
+async def test_reconcile_puts_back_jobs_whose_entries_vanished(
+    app: aioqueue.App, redis: Redis
+) -> None:
+    """An evicting server can delete a queue's lists and leave its records: those jobs
+    would stay queued forever. reconcile() finds them by their records and puts them back."""
+
+    @app.task
+    async def echo(n: int) -> int:
+        return n
+
+    queue = app.queue()
+    ready = [await echo.enqueue(n) for n in range(3)]
+    later = await echo.enqueue(3).options(delay=3600)
+    running = await echo.enqueue(4)
+    keys = queue.keys
+    await redis.delete(*keys.ready_lists())  # what an eviction may do (ready jobs first)
+    await redis.rpush(keys.ready(5), running.id)
+    taken = await scripts.take(await app.client(), keys, lease="gone:1", lease_ms=60_000, limit=1)
+    assert [job.job_id for job in taken.jobs] == [running.id]
+    await redis.delete(keys.schedule, keys.active)
+    assert await queue.counts() == counts()  # nothing to be seen: the jobs would be stranded
+
+    assert await queue.reconcile() == 5
+    assert await queue.reconcile() == 0  # nothing left to repair
+    await wait_until(lambda: _reclaim_once(app))  # the running one's lease had no entry
+    outcomes = await drain(app)
+    assert outcomes == {"complete": 5}
+    assert [await job.result(timeout=1) for job in (*ready, later, running)] == [0, 1, 2, 3, 4]

@@ -8,12 +8,13 @@ UTF-8.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, cast
 
 from .records import Field, JobInfo, JobStatus, QueueCounts, ScheduledJob
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import AsyncIterator, Iterable
 
     from redis.asyncio import Redis
 
@@ -69,6 +70,25 @@ async def counts(redis: Redis, keys: QueueKeys) -> QueueCounts:
     *ready, skips, scheduled, active, dead = replies
     listed = sum(int(n) for n in ready)
     return QueueCounts(max(0, listed - int(skips or 0)), int(scheduled), int(active), int(dead))
+
+
+async def job_ids(redis: Redis, keys: QueueKeys, *, batch: int) -> AsyncIterator[list[bytes]]:
+    """Every job id of the queue, by SCAN over its job records, ``batch`` at a time (an
+    id may come twice, as SCAN allows; none present throughout is missed)."""
+    prefix = keys.job_prefix.encode()
+    pattern = _glob_escape(prefix) + b"*"
+    found: list[bytes] = []
+    async for key in redis.scan_iter(match=pattern, count=batch):
+        found.append(bytes(key)[len(prefix) :])
+        if len(found) >= batch:
+            yield found
+            found = []
+    if found:
+        yield found
+
+
+def _glob_escape(text: bytes) -> bytes:
+    return re.sub(rb"([*?\[\]\\])", rb"\\\1", text)
 
 
 async def dead_jobs(redis: Redis, keys: QueueKeys, *, limit: int, offset: int) -> list[JobInfo]:

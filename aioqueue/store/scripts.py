@@ -48,10 +48,11 @@ _REQUEUE = Script("requeue")
 _PURGE = Script("purge")
 _RESCHEDULE = Script("reschedule")
 _TRIM_DEAD = Script("trim_dead")
+_RECONCILE = Script("reconcile")
 
 ALL_SCRIPTS = (
     _ENQUEUE, _TAKE, _PROMOTE, _ACK, _RECLAIM, _EXTEND, _CANCEL, _REQUEUE, _PURGE,
-    _RESCHEDULE, _TRIM_DEAD,
+    _RESCHEDULE, _TRIM_DEAD, _RECONCILE,
 )  # fmt: skip
 
 
@@ -368,6 +369,19 @@ async def trim_dead(
 async def purge(redis: Redis, keys: QueueKeys, job_ids: Sequence[str], *, limit: int) -> int:
     """Delete dead jobs (these, or the oldest ``limit``) and their records."""
     return int(await _PURGE(redis, [keys.dead, keys.job_prefix], [limit, *job_ids]))
+
+
+async def reconcile(redis: Redis, keys: QueueKeys, job_ids: Sequence[bytes]) -> int:
+    """Repair the records among ``job_ids`` whose ready, schedule or lease entry vanished;
+    how many were repaired."""
+    if not job_ids:
+        return 0
+    _, repaired = await _RECONCILE(
+        redis,
+        [keys.schedule, keys.active, keys.notify, keys.job_prefix, *keys.ready_lists()],
+        list(job_ids),
+    )
+    return int(repaired)
 
 
 def _text(raw: bytes | str) -> str:

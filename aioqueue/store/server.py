@@ -44,7 +44,8 @@ class Eviction:
         if self.evicted_keys:
             return (
                 f"Redis has evicted {self.evicted_keys} key(s) since it started: jobs may "
-                "have been lost, or left queued with no ready entry"
+                "have been lost, or left queued with no ready entry (`aioqueue reconcile` "
+                "puts those back)"
             )
         return None
 

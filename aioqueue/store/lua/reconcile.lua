@@ -1,0 +1,42 @@
+--[[ reconcile: repair job records whose entry vanished (a server that evicted keys, a
+queue edited by hand), so that no job stays queued forever unnoticed: a queued job missing
+from its ready list goes back on it (with a notify token), a scheduled one missing from the
+schedule becomes due now, an active one missing from the active set gets an expired lease
+(so that reclaim returns it). Looking for a queued job costs a scan of its ready list
+(LPOS): run this after an eviction, not routinely.
+
+KEYS[1]      schedule    ZSET  job id -> due time (ms)
+KEYS[2]      active      ZSET  job id -> lease deadline (ms)
+KEYS[3]      notify      LIST  wake-up tokens
+KEYS[4]      job_prefix        prefix of job records; carries the queue's hash tag
+KEYS[5..14]  ready       LIST  ready lists of priorities 0..9
+ARGV[1], ...  ids of job records to look at (found by SCAN), at most a few hundred a call
+
+Returns {looked_at, repaired}.
+]]
+-- @include clock
+-- @include ready
+local schedule, active, notify, job_prefix, READY = KEYS[1], KEYS[2], KEYS[3], KEYS[4], 5
+local now = redis_clock()
+local repaired = 0
+
+for i = 1, #ARGV do
+  local id = ARGV[i]
+  local record = redis.pcall('HMGET', job_prefix .. id, 's', 'pr')
+  local state = (not record.err) and record[1]
+  if state == 'queued' then
+    local ready = ready_key(READY, record[2])
+    if not redis.call('LPOS', ready, id) then
+      redis.call('RPUSH', ready, id)
+      redis.call('RPUSH', notify, 1)
+      repaired = repaired + 1
+    end
+  elseif state == 'scheduled' and not redis.call('ZSCORE', schedule, id) then
+    redis.call('ZADD', schedule, now, id)
+    repaired = repaired + 1
+  elseif state == 'active' and not redis.call('ZSCORE', active, id) then
+    redis.call('ZADD', active, 0, id)
+    repaired = repaired + 1
+  end
+end
+return {#ARGV, repaired}

@@ -3,10 +3,16 @@
 ``cancel`` on a running job marks its record and publishes its id; the worker running it
 cancels the job's asyncio task as soon as the message arrives. A worker that misses the
 message (it was reconnecting) sees the mark at its next lease renewal instead.
+
+A subscribed connection only listens, so a dead one (a half-open cut: a NAT or firewall
+forgot it, no FIN or RST ever comes) looks exactly like a quiet one. The listener PINGs
+after a second of silence and subscribes again on a new connection when no reply comes
+within SILENCE_LIMIT: aborts come back to pub/sub speed within seconds, not never.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +28,13 @@ if TYPE_CHECKING:
     from ..store.keys import QueueKeys
 
 logger = logging.getLogger(__name__)
+
+PING_AFTER = 1.0  # seconds of silence before the listener PINGs its connection
+SILENCE_LIMIT = 3.0  # seconds of silence (no message, no pong) before it reconnects
+
+
+class ChannelSilent(ConnectionError):
+    """The subscribed connection answers nothing, not even PING: reconnect."""
 
 
 class AbortListener(Component):
@@ -56,18 +69,31 @@ class AbortListener(Component):
         while not self.stopping.is_set():
             try:
                 await self._listen()
-            except RedisError as exc:  # resubscribe; the lease renewal covers the gap
-                logger.warning("abort channel lost: %r", exc)
+            except (RedisError, ChannelSilent) as exc:  # lease renewal covers the gap
+                logger.warning("abort channel lost (%s); subscribing again", exc or repr(exc))
                 await wait_event(self.stopping, RETRY_PAUSE)
 
     async def _listen(self) -> None:
         pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+        loop = asyncio.get_running_loop()
         try:
             await pubsub.subscribe(*self._queue_of, self._wake_channel)
+            heard = pinged = loop.time()
             while not self.stopping.is_set():
-                message = await pubsub.get_message(timeout=self._poll)
-                queue = self._queue_of.get(message["channel"]) if message is not None else None
-                if message is not None and queue is not None:
-                    self._on_abort(queue, bytes(message["data"]))
+                message = await pubsub.get_message(timeout=min(self._poll, PING_AFTER))
+                now = loop.time()
+                if message is not None:
+                    heard = now
+                    self._heard(message)
+                elif now - heard > SILENCE_LIMIT:
+                    raise ChannelSilent(f"no reply to PING for {now - heard:.1f}s")
+                elif now - max(heard, pinged) >= PING_AFTER:
+                    await pubsub.ping()
+                    pinged = now
         finally:
             await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    def _heard(self, message: dict[str, Any]) -> None:
+        queue = self._queue_of.get(message["channel"])
+        if queue is not None and message["type"] == "message":
+            self._on_abort(queue, bytes(message["data"]))

@@ -12,7 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from examples import quickstart, webapp
+import aioqueue
+from examples import loader, quickstart, webapp
 from tests.helpers import run_until_idle
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,6 +114,22 @@ async def test_webapp_answers_202_before_the_job_runs(examples_url: str) -> None
         assert status.json()["result"]["verify_url"] == verify_url("ada@example.com")
 
 
+# -- loader -----------------------------------------------------------------------------
+
+
+async def test_loader_sends_each_reminder_once(examples_url: str) -> None:
+    """Overlapping windows, two loads racing, two workers' periodic schedulers: each row
+    of the table becomes one job, run once."""
+    demo = await loader.run_demo()
+    assert sum(demo.loaded_twice_at_once) == len(demo.reminders)  # each id created once
+    assert demo.sent == {reminder.id: 1 for reminder in demo.reminders}
+    queue = loader.app.queue("reminders")
+    for reminder in demo.reminders:
+        info = await queue.job(f"reminder-{reminder.id}").info()
+        assert info.status is aioqueue.JobStatus.COMPLETE
+    await loader.app.close()
+
+
 # -- as scripts, on a machine with no Redis configured ----------------------------------
 
 
@@ -121,6 +138,7 @@ async def test_webapp_answers_202_before_the_job_runs(examples_url: str) -> None
     [
         ("examples.quickstart", "worker outcomes: {'complete': 6}"),
         ("examples.webapp", "complete  {'email': 'linus@example.com', 'verify_url': "),
+        ("examples.loader", "sent: [1, 1, 1, 1, 1, 1, 1, 1] (each reminder once)"),
     ],
 )
 def test_example_starts_its_own_server_without_a_url(module: str, expected: str) -> None:

@@ -61,6 +61,8 @@ class AppSettings:
     default_queue: str = DEFAULT_QUEUE
     max_payload_bytes: int = 1024 * 1024
     result_ttl: float = 24 * 3600.0
+    idempotency_ttl: float | None = None  # a completed job with no result; None: result_ttl
+    keep_payload: bool = False  # completed records keep their payload (task, arguments)
     default_max_attempts: int = 3
     dead_max_jobs: int = 100_000  # per queue; the oldest go first; 0 = no cap
     dead_ttl: float = 30 * 24 * 3600.0  # seconds a dead job is kept; 0 = forever
@@ -75,8 +77,8 @@ class AppSettings:
             validate_name("queue", queue)
         if self.max_payload_bytes <= 0:
             raise ConfigError("max_payload_bytes must be positive")
-        if self.result_ttl < 0:
-            raise ConfigError("result_ttl must not be negative")
+        if self.result_ttl < 0 or (self.idempotency_ttl or 0) < 0:
+            raise ConfigError("result_ttl and idempotency_ttl must not be negative")
         if self.dead_max_jobs < 0 or self.dead_ttl < 0:
             raise ConfigError("dead_max_jobs and dead_ttl must not be negative")
         if self.default_max_attempts < 1:
@@ -89,6 +91,13 @@ class AppSettings:
     @property
     def result_ttl_ms(self) -> int:
         return int(self.result_ttl * 1000)
+
+    @property
+    def idempotency_ttl_ms(self) -> int:
+        """How long a completed job with no result keeps its record (and its id its
+        meaning as an idempotency key)."""
+        ttl = self.result_ttl if self.idempotency_ttl is None else self.idempotency_ttl
+        return int(ttl * 1000)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,7 +13,9 @@ Measures, per run (the table shows the median of ``--repeat`` runs):
   (e) Redis commands per job during the drain, from INFO commandstats: those the worker
       sent (counted in the worker process as redis-py packs them) and those run inside
       scripts (all the others); and the worker's CPU time per job (getrusage)
-  (f) Redis memory per queued job (used_memory delta / N)
+  (f) Redis memory per queued job (used_memory delta / N), and (g) per job still kept after
+      the drain (the records of completed jobs: status, times, no payload, no result for a
+      task that returns None), also as a share of (f)
 
 It always starts its own redis-server and never touches one someone else started.
 """
@@ -120,6 +122,7 @@ class Run:
     drain: float = 0.0  # jobs/s
     cpu_us: float = 0.0  # worker CPU per job
     memory: float = 0.0  # bytes per queued job
+    kept: float = 0.0  # bytes per job still kept after the drain
     sent: dict[str, float] = field(default_factory=dict)  # client commands per job, by name
     in_scripts: dict[str, float] = field(default_factory=dict)  # per job, by name
 
@@ -162,8 +165,9 @@ async def measure(url: str, jobs: int, concurrency: int) -> Run:
         run.enqueue_seq = await rate(jobs, lambda _: noop.enqueue())
         run.memory = (await used_memory(redis) - memory_before) / jobs
 
-        # (d, e) drain them in another process
+        # (d, e) drain them in another process; (g) what the completed jobs keep
         run.drain, run.cpu_us, run.sent, run.in_scripts = await drain(url, redis, jobs, concurrency)
+        run.kept = (await used_memory(redis) - memory_before) / jobs
 
         # (b) 500 at a time
         await redis.flushall()
@@ -254,6 +258,8 @@ def table(runs: list[Run], jobs: int, concurrency: int) -> Iterator[str]:
     in_scripts = median(runs, "in_scripts_total")
     yield f"| (e) commands run inside scripts | | {in_scripts:.2f} ({scripted}) |"
     yield f"| (f) Redis memory per queued job | | {median(runs, 'memory'):,.0f} B |"
+    kept, queued = median(runs, "kept"), median(runs, "memory")
+    yield f"| (g) ... still kept per job after the drain | | {kept:,.0f} B ({kept / queued:.0%}) |"
 
 
 async def server_version(url: str) -> str:

@@ -227,7 +227,8 @@ async def echo(job: str, value: object) -> object:
 
 def build(prefix: str, redis_url: str | None = None) -> tuple[aioqueue.App, Recorder]:
     """An App with the fault tasks, and the recorder its handlers write to."""
-    app = aioqueue.App(redis_url=redis_url, prefix=prefix)
+    # Completed records keep their payload: the tests find each job's record by its args.
+    app = aioqueue.App(redis_url=redis_url, prefix=prefix, keep_payload=True)
     runs = Recorder(prefix, redis_url)
 
     @app.on_startup

@@ -378,3 +378,28 @@ async def test_generated_ids_are_canonical_uuid4(app: aioqueue.App) -> None:
         parsed = uuid.UUID(job.id)
         assert (parsed.version, parsed.variant, str(parsed)) == (4, uuid.RFC_4122, job.id)
     assert len({job.id for job in jobs}) == 400
+
+
+async def test_completed_jobs_keep_results_for_result_ttl_and_ids_for_idempotency_ttl(
+    redis_url: str, prefix: str, redis: Redis
+) -> None:
+    app = aioqueue.App(redis_url=redis_url, prefix=prefix, result_ttl=3600, idempotency_ttl=60)
+
+    @app.task
+    async def answer(n: int) -> int | None:
+        return n if n else None
+
+    try:
+        with_result, without = await answer.enqueue(42), await answer.enqueue(0)
+        await run_until_idle(app)
+        assert await with_result.result(timeout=1) == 42
+        assert await without.result(timeout=1) is None
+        keys = app.queue().keys
+        assert 60_000 < await redis.pttl(keys.job(with_result.id)) <= 3_600_000
+        assert 0 < await redis.pttl(keys.job(without.id)) <= 60_000
+        again = await answer.enqueue(0).options(id=without.id)
+        assert again.created is False  # still an idempotency key
+        info = await without.info()
+        assert (info.status, info.task, info.raw, info.attempts) == ("complete", None, None, 1)
+    finally:
+        await app.close()

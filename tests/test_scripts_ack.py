@@ -261,3 +261,52 @@ async def test_a_job_id_that_is_not_utf8_is_settled_too(db: Redis, keys: QueueKe
     done = records.Settlement(raw_id, "w:raw", "complete", b'"ok"')
     assert await scripts.ack(db, keys, [done], result_ttl_ms=60_000) == [True]
     assert await db.hget(keys.job_prefix.encode() + raw_id, "s") == b"complete"
+
+
+async def test_a_complete_record_keeps_what_status_and_result_need(
+    db: Redis, keys: QueueKeys
+) -> None:
+    """The payload is most of a record: a complete job drops it (and its priority and
+    stale retry error); failed and dead ones keep everything."""
+    job = await lease(db, keys, "a")
+    await db.hset(keys.job("a"), "e", b'{"type":"Earlier","message":"","traceback":""}')
+    assert await scripts.ack(db, keys, [settle(job, "complete", b"42")], result_ttl_ms=TTL) == [
+        True
+    ]
+    record = await db.hgetall(keys.job("a"))
+    assert sorted(record) == [b"et", b"ft", b"m", b"n", b"r", b"s", b"st", b"w"]
+    assert record[b"r"] == b"42"
+
+
+async def test_a_complete_record_can_keep_its_payload(db: Redis, keys: QueueKeys) -> None:
+    job = await lease(db, keys, "a")
+    settled = await scripts.ack(
+        db, keys, [settle(job, "complete", b"42")], result_ttl_ms=TTL, keep_payload=True
+    )
+    assert settled == [True]
+    assert await db.hget(keys.job("a"), "p") == b'{"t":"a"}'
+
+
+async def test_no_result_is_stored_for_none_and_the_id_is_kept_its_own_time(
+    db: Redis, keys: QueueKeys
+) -> None:
+    job = await lease(db, keys, "a")
+    settled = await scripts.ack(
+        db, keys, [settle(job, "complete", b"null")], result_ttl_ms=TTL, kept_ms=5_000
+    )
+    assert settled == [True]
+    record = await db.hgetall(keys.job("a"))
+    assert record[b"s"] == b"complete" and b"r" not in record and b"p" not in record
+    assert 0 < await db.pttl(keys.job("a")) <= 5_000
+
+
+@pytest.mark.parametrize(("outcome", "state"), [("fail", b"failed"), ("bury", b"dead")])
+async def test_failed_and_dead_records_keep_everything(
+    db: Redis, keys: QueueKeys, outcome: records.Outcome, state: bytes
+) -> None:
+    job = await lease(db, keys, "a")
+    error = b'{"type":"ValueError","message":"no","traceback":""}'
+    assert await scripts.ack(db, keys, [settle(job, outcome, error)], result_ttl_ms=TTL) == [True]
+    record = await db.hgetall(keys.job("a"))
+    assert record[b"s"] == state
+    assert record[b"p"] == b'{"t":"a"}' and b"pr" in record

@@ -105,9 +105,9 @@ class JobInfo:
 
     @classmethod
     def from_record(cls, job_id: str, queue: str, record: Mapping[bytes, bytes]) -> JobInfo:
-        raw_payload = record.get(Field.PAYLOAD, b"")
+        raw_payload = record.get(Field.PAYLOAD)  # a complete record may have dropped it
         try:
-            payload: Payload | None = Payload.decode(raw_payload)
+            payload = None if raw_payload is None else Payload.decode(raw_payload)
         except PayloadError:
             payload = None
         error = record.get(Field.ERROR)

@@ -269,15 +269,24 @@ async def ack(
     settlements: Sequence[Settlement],
     *,
     result_ttl_ms: int,
+    kept_ms: int | None = None,
+    keep_payload: bool = False,
 ) -> list[bool]:
-    """Settle a batch; True per job settled, False where the lease was lost."""
+    """Settle a batch; True per job settled, False where the lease was lost. A complete
+    job with no result is kept ``kept_ms`` (default: ``result_ttl_ms``), its payload only
+    with ``keep_payload``."""
+    head: list[Arg] = [
+        result_ttl_ms,
+        result_ttl_ms if kept_ms is None else kept_ms,
+        int(keep_payload),
+    ]
     try:
         batch = orjson.dumps(
             [(s.id.decode(), s.lease, s.outcome, s.data.decode(), s.delay_ms) for s in settlements]
         )
-        args: list[Arg] = [result_ttl_ms, "json", batch]
+        args: list[Arg] = [*head, "json", batch]
     except UnicodeDecodeError:  # an id that is not UTF-8 (a third party's): one field each
-        args = [result_ttl_ms, "args"]
+        args = [*head, "args"]
         for s in settlements:
             args += (s.id, s.lease, s.outcome, s.data, s.delay_ms)
     codes = await _ACK(

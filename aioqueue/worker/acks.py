@@ -35,9 +35,18 @@ GIVE_UP_AFTER = 30.0  # at shutdown, stop retrying acks after this long without 
 class AckBatcher(Component):
     """Holds one queue's leased jobs and settles them in batches."""
 
-    def __init__(self, redis: Redis, keys: QueueKeys, *, result_ttl_ms: int) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        keys: QueueKeys,
+        *,
+        result_ttl_ms: int,
+        kept_ms: int | None = None,
+        keep_payload: bool = False,
+    ) -> None:
         super().__init__()
         self.redis, self.keys, self._result_ttl_ms = redis, keys, result_ttl_ms
+        self._kept_ms, self._keep_payload = kept_ms, keep_payload
         self.held: dict[bytes, Taken] = {}  # leased to this worker until the ack lands
         self.unsettled = 0  # held and not yet settled: running, or waiting for a slot
         self.landed = 0  # ack calls that landed so far
@@ -96,8 +105,9 @@ class AckBatcher(Component):
         self._in_flight = True
         try:
             settled = await scripts.ack(
-                self.redis, self.keys, batch, result_ttl_ms=self._result_ttl_ms
-            )
+                self.redis, self.keys, batch, result_ttl_ms=self._result_ttl_ms,
+                kept_ms=self._kept_ms, keep_payload=self._keep_payload,
+            )  # fmt: skip
         except RedisError as exc:  # keep them: the guarantee needs every ack to land
             logger.warning("acking %d job(s) of %s failed: %r", len(batch), self.keys.name, exc)
             self._pending[:0] = batch

@@ -157,7 +157,10 @@ class Worker:
         """The components of one queue: its ack batcher, consumer, promoter and (unless
         bursting) periodic scheduler."""
         settings, app_settings = self.settings, self.app.settings
-        acks = AckBatcher(redis, keys, result_ttl_ms=app_settings.result_ttl_ms)
+        acks = AckBatcher(
+            redis, keys, result_ttl_ms=app_settings.result_ttl_ms,
+            kept_ms=app_settings.idempotency_ttl_ms, keep_payload=app_settings.keep_payload,
+        )  # fmt: skip
         consumer = QueueConsumer(
             redis, acks, self._inflight, settings=settings,
             result_ttl_ms=app_settings.result_ttl_ms, worker_id=self.id, order=self._order,

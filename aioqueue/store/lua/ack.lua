@@ -11,12 +11,17 @@ KEYS[4]      notify         LIST  wake-up tokens
 KEYS[5]      schedule_wake  LIST  at most one token for pollers
 KEYS[6]      job_prefix           prefix of job records; carries the queue's hash tag
 KEYS[7..16]  ready          LIST  ready lists of priorities 0..9
-ARGV[1] result_ttl_ms  how long finished records (results) are kept; 0 deletes them
-ARGV[2] format         'json': ARGV[3] is one JSON array of [id, lease, outcome, data,
+ARGV[1] result_ttl_ms  how long finished records with a result or an error are kept; 0
+                       deletes them
+ARGV[2] kept_ms        how long a complete record with no result (None) is kept: the
+                       idempotency window of its id; 0 deletes it
+ARGV[3] keep_payload   1: a complete record keeps its payload; 0: it keeps only its state,
+                       attempts, times and result (the payload is most of a record)
+ARGV[4] format         'json': ARGV[5] is one JSON array of [id, lease, outcome, data,
                        delay_ms] arrays (one argument for the whole batch: packing five
                        arguments per job costs the client more than the rest of the ack);
-                       'args': ARGV[3..] are groups of five (for ids that are not UTF-8)
-  outcome  complete  data = result JSON
+                       'args': ARGV[5..] are groups of five (for ids that are not UTF-8)
+  outcome  complete  data = result JSON ('null' for None: no result is stored)
            retry     data = error JSON; run again after delay_ms (Redis clock)
            bury      data = error JSON; move to the dead set
            fail      data = error JSON; finished in error, not dead-lettered
@@ -31,12 +36,29 @@ Returns one code per job: 1 settled, -2 lease not held.
 -- @include schedule
 local active, schedule, dead, notify = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local schedule_wake, job_prefix, READY = KEYS[5], KEYS[6], 7
-local result_ttl_ms = tonumber(ARGV[1])
+local result_ttl_ms, kept_ms, keep_payload = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local now = redis_clock()
 
 local function finish(key, state, field, data)
   redis.call('HSET', key, 's', state, field, data, 'ft', now)
   expire_record(key, result_ttl_ms)
+end
+
+-- A complete record keeps what its status, result and id's idempotency need, and its
+-- lease owner (so that a resent ack finds it settled): failed and dead ones keep
+-- everything, for inspection.
+local function complete(key, data)
+  if keep_payload == '1' then
+    redis.call('HDEL', key, 'pr', 'e')
+  else
+    redis.call('HDEL', key, 'p', 'pr', 'e')
+  end
+  if data == 'null' then
+    redis.call('HSET', key, 's', 'complete', 'ft', now)
+    expire_record(key, kept_ms)
+  else
+    finish(key, 'complete', 'r', data)
+  end
 end
 
 local function ready_list(key)
@@ -66,7 +88,7 @@ local function settle(id, lease, outcome, data, delay_ms)
   if record[1] ~= 'active' then return 1 end -- settled before: a retried ack
   redis.call('ZREM', active, id)
   if outcome == 'complete' then
-    finish(key, 'complete', 'r', data)
+    complete(key, data)
   elseif outcome == 'retry' then
     schedule_retry(id, key, data, delay_ms)
   elseif outcome == 'bury' then
@@ -86,14 +108,14 @@ local function settle(id, lease, outcome, data, delay_ms)
 end
 
 local codes = {}
-if ARGV[2] == 'json' then
-  local batch = cjson.decode(ARGV[3])
+if ARGV[4] == 'json' then
+  local batch = cjson.decode(ARGV[5])
   for i = 1, #batch do
     local s = batch[i]
     codes[i] = settle(s[1], s[2], s[3], s[4], tonumber(s[5]))
   end
 else
-  for i = 3, #ARGV, 5 do
+  for i = 5, #ARGV, 5 do
     codes[#codes + 1] = settle(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3],
       tonumber(ARGV[i + 4]))
   end

@@ -104,7 +104,8 @@ class Queue:
         self._host = host
         self.name = name
         self.keys = QueueKeys.for_queue(host.settings.prefix, name)
-        self._batcher = EnqueueBatcher(host.internal_client, self.keys)
+        span_ms = host.settings.idempotency_ttl_ms
+        self._batcher = EnqueueBatcher(host.internal_client, self.keys, span_ms=span_ms)
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r})"
@@ -170,11 +171,13 @@ class Queue:
 
     async def info(self, job_id: str) -> JobInfo | None:
         """The job's record, or None if there is none (never enqueued, or expired)."""
-        return await reads.job_info(await self._host.client(), self.keys, job_id)
+        redis, span_ms = await self._host.client(), self._host.settings.idempotency_ttl_ms
+        return await reads.job_info(redis, self.keys, job_id, span_ms=span_ms)
 
     async def status(self, job_id: str) -> JobStatus | None:
         """The job's status, or None if there is no record (one small read)."""
-        return await reads.job_status(await self._host.client(), self.keys, job_id)
+        redis, span_ms = await self._host.client(), self._host.settings.idempotency_ttl_ms
+        return await reads.job_status(redis, self.keys, job_id, span_ms=span_ms)
 
     async def cancel(self, job_id: str) -> bool:
         """Cancel a job: a queued or scheduled one never runs; a running one is aborted

@@ -29,6 +29,7 @@ async def put(
     due_ms: int = 0,
     payload: bytes | None = None,
     check_created: bool = True,
+    span_ms: int = 0,
 ) -> records.Enqueued:
     """Enqueue ``job_id`` through ``scripts.enqueue`` and return what the script answered.
 
@@ -44,6 +45,7 @@ async def put(
         max_attempts=max_attempts,
         delay_ms=delay_ms,
         due_ms=due_ms,
+        span_ms=span_ms,
     )
     if check_created:
         assert result.created

@@ -383,6 +383,8 @@ async def test_generated_ids_are_canonical_uuid4(app: aioqueue.App) -> None:
 async def test_completed_jobs_keep_results_for_result_ttl_and_ids_for_idempotency_ttl(
     redis_url: str, prefix: str, redis: Redis
 ) -> None:
+    """A result is kept result_ttl in a record; a job that returned None keeps no record,
+    only its id in a done hash (a few dozen bytes), for idempotency_ttl."""
     app = aioqueue.App(redis_url=redis_url, prefix=prefix, result_ttl=3600, idempotency_ttl=60)
 
     @app.task
@@ -396,10 +398,36 @@ async def test_completed_jobs_keep_results_for_result_ttl_and_ids_for_idempotenc
         assert await without.result(timeout=1) is None
         keys = app.queue().keys
         assert 60_000 < await redis.pttl(keys.job(with_result.id)) <= 3_600_000
-        assert 0 < await redis.pttl(keys.job(without.id)) <= 60_000
+        assert await redis.exists(keys.job(without.id)) == 0
+        assert await without.status() is aioqueue.JobStatus.COMPLETE
+        [done] = [key async for key in redis.scan_iter(match=f"{keys.done_prefix}*")]
+        assert await redis.hexists(done, without.id)
+        assert 0 < await redis.pttl(done) <= 120_000  # one span after its generation ends
         again = await answer.enqueue(0).options(id=without.id)
         assert again.created is False  # still an idempotency key
         info = await without.info()
-        assert (info.status, info.task, info.raw, info.attempts) == ("complete", None, None, 1)
+        assert (info.status, info.task, info.raw) == ("complete", None, None)
+        assert await app.queue().cancel(without.id) is False
+    finally:
+        await app.close()
+
+
+async def test_without_an_idempotency_window_nothing_is_kept(
+    redis_url: str, prefix: str, redis: Redis
+) -> None:
+    app = aioqueue.App(redis_url=redis_url, prefix=prefix, idempotency_ttl=0)
+
+    @app.task
+    async def nothing() -> None: ...
+
+    try:
+        job = await nothing.enqueue()
+        await run_until_idle(app)
+        keys = app.queue().keys
+        kept = [key async for key in redis.scan_iter(match=f"{keys.job_prefix}*")]
+        kept += [key async for key in redis.scan_iter(match=f"{keys.done_prefix}*")]
+        assert kept == []
+        with pytest.raises(aioqueue.JobNotFound):
+            await job.status()
     finally:
         await app.close()

@@ -11,7 +11,7 @@ import pytest
 from redis.asyncio import Redis
 
 from aioqueue.store import records, scripts
-from aioqueue.store.keys import QueueKeys
+from aioqueue.store.keys import QueueKeys, done_slot
 from tests.script_helpers import lease, put, redis_now_ms, settle
 
 TTL = 60_000
@@ -287,17 +287,37 @@ async def test_a_complete_record_can_keep_its_payload(db: Redis, keys: QueueKeys
     assert await db.hget(keys.job("a"), "p") == b'{"t":"a"}'
 
 
-async def test_no_result_is_stored_for_none_and_the_id_is_kept_its_own_time(
+async def test_a_job_with_no_result_keeps_only_its_id_for_its_own_time(
     db: Redis, keys: QueueKeys
 ) -> None:
+    """A complete job that returned None leaves no record, only its id in a done hash
+    (where keys.done_slot() says, in the generation of the Redis clock)."""
     job = await lease(db, keys, "a")
+    now = await redis_now_ms(db)
     settled = await scripts.ack(
         db, keys, [settle(job, "complete", b"null")], result_ttl_ms=TTL, kept_ms=5_000
     )
     assert settled == [True]
-    record = await db.hgetall(keys.job("a"))
-    assert record[b"s"] == b"complete" and b"r" not in record and b"p" not in record
-    assert 0 < await db.pttl(keys.job("a")) <= 5_000
+    assert await db.exists(keys.job("a")) == 0
+    generations = {now // 5_000, (now + 1_000) // 5_000}  # the ack ran a moment later
+    done = [keys.done(g, done_slot(b"a")) for g in generations]
+    assert [await db.hexists(key, "a") for key in done].count(True) == 1
+    assert await scripts.ack(db, keys, [settle(job, "complete", b"null")], result_ttl_ms=TTL) == [
+        True
+    ]  # a resent ack finds it settled
+    again = await put(db, keys, "a", check_created=False, span_ms=5_000)
+    assert again == records.Enqueued(created=False, state="complete")
+
+
+async def test_a_job_with_no_result_keeps_nothing_without_a_window(
+    db: Redis, keys: QueueKeys
+) -> None:
+    job = await lease(db, keys, "a")
+    assert await scripts.ack(
+        db, keys, [settle(job, "complete", b"null")], result_ttl_ms=TTL, kept_ms=0
+    ) == [True]
+    assert await db.exists(keys.job("a")) == 0
+    assert await db.keys(f"{keys.done_prefix}*") == []
 
 
 @pytest.mark.parametrize(("outcome", "state"), [("fail", b"failed"), ("bury", b"dead")])
@@ -310,3 +330,23 @@ async def test_failed_and_dead_records_keep_everything(
     record = await db.hgetall(keys.job("a"))
     assert record[b"s"] == state
     assert record[b"p"] == b'{"t":"a"}' and b"pr" in record
+
+
+@pytest.mark.parametrize(
+    "job_id",
+    [
+        "a",
+        "ab",
+        "0f8e6c2a-1b7d-4e5f-9a3b-c4d5e6f7a8b9",
+        "welcome-42",
+        "\u00e9t\u00e9-2026",
+        "x" * 200,
+    ],
+)
+async def test_python_and_lua_agree_on_a_done_slot(db: Redis, keys: QueueKeys, job_id: str) -> None:
+    job = await lease(db, keys, job_id)
+    now = await redis_now_ms(db)
+    await scripts.ack(db, keys, [settle(job, "complete", b"null")], result_ttl_ms=TTL, kept_ms=TTL)
+    slot = done_slot(job_id.encode())
+    found = [await db.hexists(keys.done(g, slot), job_id) for g in (now // TTL, now // TTL + 1)]
+    assert True in found

@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 
 from aioqueue.store import records, scripts
 from aioqueue.store.keys import PRIORITY_LEVELS, QueueKeys
-from tests.script_helpers import put, take
+from tests.script_helpers import LEASE_MS, put, take
 
 
 async def ready_entries(db: Redis, keys: QueueKeys) -> int:
@@ -256,15 +256,33 @@ def test_the_packed_take_is_the_command_redis_py_would_send() -> None:
     from redis.asyncio.connection import Connection
 
     keys = QueueKeys.for_queue("p", "q")
-    for lease, numbers, pairs in [
-        ("w:1", (30_000, 10, 0, 86_400_000, 0, 0), [(9, 10), (5, 3), (0, 10)]),
-        ("h\u00e9-2:17", (1, 0, 1, 0, 1000, 1), []),  # promote only: no plan
+    for lease, numbers, pairs, forget in [
+        ("w:1", (30_000, 10, 0, 86_400_000, 0, 0, 86_400_000), [(9, 10), (5, 3), (0, 10)], ["w:0"]),
+        ("h\u00e9-2:17", (1, 0, 1, 0, 1000, 1, 0), [], []),  # promote only: no plan
     ]:
         script_keys: list[str] = [
             keys.active, keys.notify, keys.dead, keys.seq, keys.job_prefix,
-            *keys.ready_lists(), keys.schedule, keys.skips, keys.taken(lease),
+            *keys.ready_lists(), keys.schedule, keys.skips, keys.done_prefix,
+            keys.taken_prefix, keys.taken(lease),
         ]  # fmt: skip
-        args: list[str | int] = [lease, *numbers, *(n for pair in pairs for n in pair)]
+        args: list[str | int] = [
+            lease,
+            *numbers,
+            " ".join(forget),
+            *(n for pair in pairs for n in pair),
+        ]
         command = ("EVALSHA", scripts._TAKE.sha, len(script_keys), *script_keys, *args)
         expected = b"".join(Connection().pack_command(*command))
-        assert scripts._pack_take(keys, lease, numbers, pairs) == expected
+        assert scripts._pack_take(keys, lease, numbers, pairs, forget) == expected
+
+
+async def test_a_take_forgets_the_lists_of_earlier_takes(db: Redis, keys: QueueKeys) -> None:
+    """A take's list of what it took serves only a resend of that very call: once the
+    reply is read, the next take deletes it (it would hold every id for a lease)."""
+    for job_id in "abc":
+        await put(db, keys, job_id)
+    await scripts.take(db, keys, lease="w:1", lease_ms=LEASE_MS, limit=1)
+    await scripts.take(db, keys, lease="w:2", lease_ms=LEASE_MS, limit=1)
+    assert await db.exists(keys.taken("w:1"), keys.taken("w:2")) == 2
+    await scripts.take(db, keys, lease="w:3", lease_ms=LEASE_MS, limit=1, forget=["w:1", "w:2"])
+    assert await db.exists(keys.taken("w:1"), keys.taken("w:2"), keys.taken("w:3")) == 1

@@ -39,8 +39,11 @@ Batch = list[tuple["NewJob", "asyncio.Future[Enqueued]"]]
 class EnqueueBatcher:
     """Sends the enqueues of one queue, batching whatever arrives while one is in flight."""
 
-    def __init__(self, client: Callable[[], Awaitable[Redis]], keys: QueueKeys) -> None:
+    def __init__(
+        self, client: Callable[[], Awaitable[Redis]], keys: QueueKeys, *, span_ms: int = 0
+    ) -> None:
         self._client, self._keys = client, keys
+        self._span_ms = span_ms  # the idempotency window of jobs completed with no result
         self._pending: Batch = []
         self._busy = False
         self._flusher: asyncio.Task[None] | None = None
@@ -52,7 +55,10 @@ class EnqueueBatcher:
         if not self._busy:
             self._busy = True
             try:
-                [result] = await scripts.enqueue_many(await self._connection(), self._keys, [job])
+                connection = await self._connection()
+                [result] = await scripts.enqueue_many(
+                    connection, self._keys, [job], span_ms=self._span_ms
+                )
                 return result
             finally:
                 self._busy = False
@@ -68,7 +74,7 @@ class EnqueueBatcher:
         pool = (await self._client()).connection_pool
         connection = await wire.checkout(pool)
         try:
-            return await scripts.enqueue_many(connection, self._keys, jobs)
+            return await scripts.enqueue_many(connection, self._keys, jobs, span_ms=self._span_ms)
         finally:
             await pool.release(connection)
 
@@ -103,6 +109,7 @@ class EnqueueBatcher:
                         [job for job, _ in batch],
                         chunk=FLUSH_CHUNK,
                         on_chunk=settle,
+                        span_ms=self._span_ms,
                     )
                 except Exception as exc:
                     for _, future in batch:

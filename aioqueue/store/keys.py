@@ -15,7 +15,10 @@ Roles:
   schedule:wake LIST at most one token; wakes a poller when an earlier job is scheduled
   active      ZSET  job id -> lease deadline (ms, Redis clock)
   dead        ZSET  job id -> time it was buried (ms)
-  job:<id>    HASH  the job record (fields below)
+  job:<id>    HASH  the job record (fields: see records.py)
+  done:<g>:<s> HASH completed jobs that returned nothing, id -> "": no record each (a key
+              costs ~190 B however small) but a field in one of DONE_SLOTS small hashes
+              per generation g of the idempotency window; s = done_slot(id)
   seq         STRING counter for ids that scripts mint (poison entries)
   periodic    HASH  periodic spec name -> spec (JSON)
   workers     SET   ids of workers that beat for this queue
@@ -35,6 +38,19 @@ from ..errors import ConfigError
 
 PRIORITY_LEVELS = 10
 """Priorities are 0..9; a higher number runs first."""
+
+DONE_SLOTS = 4096
+"""Hashes per generation of completed jobs: few enough entries each to stay listpack-
+encoded (at most 128 by default) up to half a million jobs per idempotency window."""
+
+
+def done_slot(job_id: bytes) -> int:
+    """The done hash a job id goes to; lua/include/done.lua computes the same."""
+    slot = 0
+    for byte in job_id[-6:]:
+        slot = (slot * 31 + byte) % DONE_SLOTS
+    return slot
+
 
 _FORBIDDEN = frozenset("{}: \t\r\n")
 
@@ -109,6 +125,14 @@ class QueueKeys:
         return f"{self.base}:seq"
 
     @property
+    def done_prefix(self) -> str:
+        """Scripts append ``<generation>:<slot>`` to this to reach a done hash."""
+        return f"{self.base}:done:"
+
+    def done(self, generation: int, slot: int) -> str:
+        return f"{self.base}:done:{generation}:{slot}"
+
+    @property
     def job_prefix(self) -> str:
         """Scripts append a job id to this to reach a job record in the same slot."""
         return f"{self.base}:job:"
@@ -129,6 +153,11 @@ class QueueKeys:
 
     def worker(self, worker_id: str) -> str:
         return f"{self.base}:worker:{worker_id}"
+
+    @property
+    def taken_prefix(self) -> str:
+        """Scripts append a lease token to this to reach that take's list."""
+        return f"{self.base}:take:"
 
     def taken(self, lease: str) -> str:
         return f"{self.base}:take:{lease}"

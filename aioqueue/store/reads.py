@@ -9,8 +9,10 @@ UTF-8.
 from __future__ import annotations
 
 import re
+import time
 from typing import TYPE_CHECKING, cast
 
+from .keys import done_slot
 from .records import Field, JobInfo, JobStatus, QueueCounts, ScheduledJob
 
 if TYPE_CHECKING:
@@ -21,18 +23,41 @@ if TYPE_CHECKING:
     from .keys import QueueKeys
 
 
-async def job_info(redis: Redis, keys: QueueKeys, job_id: str) -> JobInfo | None:
-    """The job's record, or None if there is none (never enqueued, or expired)."""
+async def job_info(
+    redis: Redis, keys: QueueKeys, job_id: str, *, span_ms: int = 0
+) -> JobInfo | None:
+    """The job's record, or None if there is none (never enqueued, or expired). A job
+    that completed with no result has no record, only its id in a done hash: its info is
+    its status."""
     record = cast("dict[bytes, bytes]", await redis.hgetall(keys.job(job_id)))
     if Field.STATE not in record:
+        if await _is_done(redis, keys, job_id, span_ms):
+            return JobInfo.from_record(job_id, keys.name, {Field.STATE: b"complete"})
         return None
     return JobInfo.from_record(job_id, keys.name, record)
 
 
-async def job_status(redis: Redis, keys: QueueKeys, job_id: str) -> JobStatus | None:
+async def job_status(
+    redis: Redis, keys: QueueKeys, job_id: str, *, span_ms: int = 0
+) -> JobStatus | None:
     """The job's status (one small field), or None if there is no record."""
     raw = cast("bytes | None", await redis.hget(keys.job(job_id), Field.STATE.decode()))
-    return JobStatus(raw.decode()) if raw else None
+    if raw:
+        return JobStatus(raw.decode())
+    return JobStatus.COMPLETE if await _is_done(redis, keys, job_id, span_ms) else None
+
+
+async def _is_done(redis: Redis, keys: QueueKeys, job_id: str, span_ms: int) -> bool:
+    """Is the id in a done hash? Generations by this host's clock, one either side for
+    skew (include/done.lua names the hashes by the Redis clock)."""
+    if span_ms <= 0:
+        return False
+    generation, slot = int(time.time() * 1000) // span_ms, done_slot(job_id.encode())
+    async with redis.pipeline(transaction=False) as pipe:
+        for g in (generation + 1, generation, generation - 1, generation - 2):
+            pipe.hexists(keys.done(g, slot), job_id)
+        found = await pipe.execute()
+    return any(found)
 
 
 async def still_scheduled(redis: Redis, keys: QueueKeys, job_ids: Iterable[bytes]) -> set[bytes]:

@@ -83,20 +83,23 @@ _LEASE_LOST = next(code for code, meaning in CODES["ack"].items() if meaning == 
 MAX_ENQUEUE_BATCH = 1000  # jobs per script call: bounds its run time and unpack()
 
 
-def _enqueue_call(keys: QueueKeys, jobs: Sequence[NewJob]) -> tuple[list[str], list[Arg]]:
-    """KEYS and ARGV of one enqueue call: only the ready lists its jobs use are declared."""
+def _enqueue_call(
+    keys: QueueKeys, jobs: Sequence[NewJob], span_ms: int = 0
+) -> tuple[list[str], list[Arg]]:
+    """KEYS and ARGV of one enqueue call: only the ready lists its jobs use are declared.
+    ``span_ms`` is the idempotency window of completed jobs with no result."""
     priorities = sorted({job.priority for job in jobs})
     script_keys = [
         keys.notify, keys.schedule, keys.schedule_wake, keys.ticks, keys.job_prefix,
-        *(keys.ready(priority) for priority in priorities),
+        keys.done_prefix, *(keys.ready(priority) for priority in priorities),
     ]  # fmt: skip
-    args: list[Arg] = [len(jobs), ",".join(map(str, priorities))]
+    args: list[Arg] = [len(jobs), ",".join(map(str, priorities)), span_ms]
     for job in jobs:
         args += (job.id, job.payload, job.priority, job.max_attempts, job.delay_ms, job.due_ms)
     return script_keys, args
 
 
-_STATES = {state.encode(): state for state in ("queued", "scheduled", "tick-done")}
+_STATES = {state.encode(): state for state in ("queued", "scheduled", "complete", "tick-done")}
 
 
 def _enqueued(reply: Sequence[Any]) -> list[Enqueued]:
@@ -108,22 +111,24 @@ def _enqueued(reply: Sequence[Any]) -> list[Enqueued]:
 
 
 @lru_cache(maxsize=256)
-def _enqueue_head(keys: QueueKeys, priorities: tuple[int, ...]) -> tuple[int, bytes, bytes]:
-    """The argument count without the jobs; RESP of EVALSHA, sha and KEYS; of ARGV[2]."""
-    script_keys, args = _enqueue_call(keys, [NewJob("", b"", p) for p in priorities])
+def _enqueue_head(
+    keys: QueueKeys, priorities: tuple[int, ...], span_ms: int
+) -> tuple[int, bytes, bytes]:
+    """The argument count without the jobs; RESP of EVALSHA, sha and KEYS; of ARGV[2..3]."""
+    script_keys, args = _enqueue_call(keys, [NewJob("", b"", p) for p in priorities], span_ms)
     head = [b"EVALSHA", _ENQUEUE.sha.encode(), b"%d" % len(script_keys)]
     head += (key.encode() for key in script_keys)
-    return len(head) + 2, wire.bulk(*head), wire.bulk(str(args[1]).encode())
+    return len(head) + 3, wire.bulk(*head), wire.bulk(str(args[1]).encode(), b"%d" % span_ms)
 
 
-def _pack_enqueue(keys: QueueKeys, jobs: Sequence[NewJob]) -> bytes:
+def _pack_enqueue(keys: QueueKeys, jobs: Sequence[NewJob], span_ms: int = 0) -> bytes:
     """One enqueue script call, packed: the same KEYS and ARGV as ``_enqueue_call``."""
     priority = jobs[0].priority
     if all(job.priority == priority for job in jobs):
         priorities: tuple[int, ...] = (priority,)
     else:
         priorities = tuple(sorted({job.priority for job in jobs}))
-    argc, head, tail = _enqueue_head(keys, priorities)
+    argc, head, tail = _enqueue_head(keys, priorities, span_ms)
     return b"".join((
         wire.array(argc + wire.JOB_ARGS * len(jobs)), head, wire.numbers(len(jobs)), tail,
         wire.jobs(jobs),
@@ -137,6 +142,7 @@ async def enqueue_many(
     *,
     chunk: int = MAX_ENQUEUE_BATCH,
     on_chunk: Callable[[int, list[Enqueued]], None] | None = None,
+    span_ms: int = 0,
 ) -> list[Enqueued]:
     """Write jobs over one connection, in script calls of up to ``chunk`` jobs, all sent in
     one write (one round trip). ``on_chunk(start, results)`` hears each call's results as
@@ -145,7 +151,7 @@ async def enqueue_many(
     heard twice)."""
     chunk = min(chunk, MAX_ENQUEUE_BATCH)
     starts = range(0, len(jobs), chunk)
-    commands = [_pack_enqueue(keys, jobs[start : start + chunk]) for start in starts]
+    commands = [_pack_enqueue(keys, jobs[start : start + chunk], span_ms) for start in starts]
 
     parsed: list[list[Enqueued]] = [[] for _ in commands]
 
@@ -169,10 +175,11 @@ async def enqueue(
     delay_ms: int,
     due_ms: int,
     tick: tuple[str, int] | None = None,
+    span_ms: int = 0,
 ) -> Enqueued:
     """Write one job; with ``tick`` (spec name, tick ms), only if that tick is new."""
     script_keys, args = _enqueue_call(
-        keys, [NewJob(job_id, payload, priority, max_attempts, delay_ms, due_ms)]
+        keys, [NewJob(job_id, payload, priority, max_attempts, delay_ms, due_ms)], span_ms
     )
     if tick is not None:
         args += tick
@@ -182,8 +189,8 @@ async def enqueue(
 # -- take, promote, ack --------------------------------------------------------------
 
 
-_TAKE_KEYS = 18  # as take.lua lists them
-_TAKE_ARGC = 3 + _TAKE_KEYS + 7  # EVALSHA sha numkeys, KEYS, ARGV before the plan's pairs
+_TAKE_KEYS = 20  # as take.lua lists them
+_TAKE_ARGC = 3 + _TAKE_KEYS + 9  # EVALSHA sha numkeys, KEYS, ARGV before the plan's pairs
 
 
 @lru_cache(maxsize=256)
@@ -192,21 +199,26 @@ def _take_head(keys: QueueKeys) -> bytes:
     (the lease's own ``taken`` list): the same for every take of the queue."""
     script_keys = [
         keys.active, keys.notify, keys.dead, keys.seq, keys.job_prefix, *keys.ready_lists(),
-        keys.schedule, keys.skips,
+        keys.schedule, keys.skips, keys.done_prefix, keys.taken_prefix,
     ]  # fmt: skip
     count = b"%d" % _TAKE_KEYS
     return wire.bulk(b"EVALSHA", _TAKE.sha.encode(), count, *(key.encode() for key in script_keys))
 
 
 def _pack_take(
-    keys: QueueKeys, lease: str, numbers: Sequence[int], pairs: Sequence[tuple[int, int]]
+    keys: QueueKeys,
+    lease: str,
+    numbers: Sequence[int],
+    pairs: Sequence[tuple[int, int]],
+    forget: Sequence[str] = (),
 ) -> bytes:
     """One take call, packed: KEYS as in take.lua, then ARGV: the lease, ``numbers``
-    (lease_ms, limit, woken, result_ttl_ms, promote, front) and the plan's (priority,
-    quota) pairs."""
+    (lease_ms, limit, woken, result_ttl_ms, promote, front, span_ms), the lease tokens to
+    forget, and the plan's (priority, quota) pairs."""
     return b"".join((
         wire.array(_TAKE_ARGC + 2 * len(pairs)), _take_head(keys),
         wire.bulk(keys.taken(lease).encode(), lease.encode()), wire.numbers(*numbers),
+        wire.bulk(" ".join(forget).encode()),
         *(wire.numbers(priority, quota) for priority, quota in pairs),
     ))  # fmt: skip
 
@@ -223,14 +235,17 @@ async def take(
     woken: bool = False,
     promote: int = 0,
     due_first: bool = False,
+    span_ms: int = 0,
+    forget: Sequence[str] = (),
 ) -> TakeResult:
     """Promote up to ``promote`` due jobs (ahead of the ready ones with ``due_first``),
     then lease up to ``limit`` jobs, visiting priority levels by ``plan`` (default:
-    strict, 9 to 0). Sent on a connection of the client's pool, packed by hand (redis-py
-    would spend ~20 µs packing it)."""
+    strict, 9 to 0). ``forget``: lease tokens of earlier takes whose replies were read,
+    whose lists of what they took can go. Sent on a connection of the client's pool,
+    packed by hand (redis-py would spend ~20 µs packing it)."""
     pairs = (plan or strict_plan(limit)) if limit else ()
-    numbers = (lease_ms, limit, int(woken), result_ttl_ms, promote, int(due_first))
-    command = _pack_take(keys, lease, numbers, pairs)
+    numbers = (lease_ms, limit, int(woken), result_ttl_ms, promote, int(due_first), span_ms)
+    command = _pack_take(keys, lease, numbers, pairs, forget)
     pool = redis.connection_pool
     connection = await wire.checkout(pool)
     try:
@@ -293,7 +308,7 @@ async def ack(
         redis,
         [
             keys.active, keys.schedule, keys.dead, keys.notify, keys.schedule_wake,
-            keys.job_prefix, *keys.ready_lists(),
+            keys.job_prefix, keys.done_prefix, *keys.ready_lists(),
         ],
         args,
     )  # fmt: skip

@@ -52,6 +52,7 @@ class QueueConsumer(Component):
         worker_id: str,
         order: StrictOrder | None = None,
         due_first: bool = False,
+        span_ms: int = 0,
     ) -> None:
         super().__init__()
         self.redis, self.keys, self.settings = redis, acks.keys, settings
@@ -60,6 +61,7 @@ class QueueConsumer(Component):
         self._wake_key = self.keys.wake(worker_id)
         self._result_ttl_ms = result_ttl_ms
         self._take_calls = 0
+        self._forget: list[str] = []  # leases of takes whose replies were read
         self._dry_since: int | None = None  # a take came back short (acks landed at its send)
         self._failed = False  # a take failed: pause before the next
         self._takes_out = 0  # take calls in flight
@@ -69,6 +71,7 @@ class QueueConsumer(Component):
         self._plan = planner(settings.priority_mode, settings.priority_weights)
         self.dry = False  # the queue ran out of work (as far as this worker knows)
         self._due_first = due_first  # due delayed jobs go ahead of the ready ones
+        self._span_ms = span_ms  # the idempotency window of jobs completed with no result
         self._order = order
         if order is not None:
             order.append(self)
@@ -173,19 +176,23 @@ class QueueConsumer(Component):
         lease = f"{self._worker_id}:{self._take_calls}"
         landed_before = self._acks.landed
         started = time.perf_counter()
+        forget, self._forget = self._forget, []
         try:
             result = await scripts.take(
                 self.redis, self.keys, lease=lease, lease_ms=self.settings.lease_ms,
                 limit=limit, result_ttl_ms=self._result_ttl_ms, plan=self._plan(limit),
                 woken=woken, promote=promote, due_first=self._due_first,
+                span_ms=self._span_ms, forget=forget,
             )  # fmt: skip
         except Exception as exc:  # RedisError, or a reply it could not parse
             logger.warning("taking jobs from %s failed: %r", self.keys.name, exc)
+            self._forget += forget  # the next take forgets them (or they expire)
             self._failed = True
             self._takes_out -= 1
             self._slots.unreserve(limit)
             return None
         self._takes_out -= 1
+        self._forget.append(lease)  # its reply is here: a resend can no longer happen
         self._slots.size_lookahead(time.perf_counter() - started)
         if len(result.jobs) == limit:
             self._probing = False  # the queue has more: pipeline the takes

@@ -43,8 +43,10 @@ class PeriodicScheduler(Component):
         *,
         declared: Sequence[Periodic],
         max_payload_bytes: int,
+        span_ms: int = 0,
     ) -> None:
         super().__init__()
+        self._span_ms = span_ms  # the idempotency window of jobs completed with no result
         self._redis, self._keys = redis, keys
         self._declared = declared
         self._max_payload_bytes = max_payload_bytes
@@ -97,7 +99,7 @@ class PeriodicScheduler(Component):
         result = await scripts.enqueue(
             self._redis, self._keys, job_id=spec.job_id(tick_ms), payload=payload,
             priority=spec.priority, max_attempts=0, delay_ms=0, due_ms=0,
-            tick=(spec.name, tick_ms),
+            tick=(spec.name, tick_ms), span_ms=self._span_ms,
         )  # fmt: skip
         if result.created:
             logger.info("periodic %s: enqueued tick %d", spec.name, tick_ms)

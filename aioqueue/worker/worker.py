@@ -165,6 +165,7 @@ class Worker:
             redis, acks, self._inflight, settings=settings,
             result_ttl_ms=app_settings.result_ttl_ms, worker_id=self.id, order=self._order,
             due_first=keys.name in app_settings.due_first,
+            span_ms=app_settings.idempotency_ttl_ms,
         )  # fmt: skip
         promoter = Promoter(
             redis, keys, worker_id=self.id, idle_wait=settings.idle_wait,
@@ -177,6 +178,7 @@ class Worker:
             periodic = PeriodicScheduler(
                 redis, keys, declared=self.app.declared_periodic(keys.name),
                 max_payload_bytes=app_settings.max_payload_bytes,
+                span_ms=app_settings.idempotency_ttl_ms,
             )  # fmt: skip
             promoter.on_wake(periodic.wake)
             self._intake.append(periodic)

@@ -10,11 +10,13 @@ KEYS[3]      dead           ZSET  job id -> time buried (ms)
 KEYS[4]      notify         LIST  wake-up tokens
 KEYS[5]      schedule_wake  LIST  at most one token for pollers
 KEYS[6]      job_prefix           prefix of job records; carries the queue's hash tag
-KEYS[7..16]  ready          LIST  ready lists of priorities 0..9
+KEYS[7]      done_prefix          prefix of the done hashes (include/done.lua); likewise
+KEYS[8..17]  ready          LIST  ready lists of priorities 0..9
 ARGV[1] result_ttl_ms  how long finished records with a result or an error are kept; 0
                        deletes them
-ARGV[2] kept_ms        how long a complete record with no result (None) is kept: the
-                       idempotency window of its id; 0 deletes it
+ARGV[2] kept_ms        how long a complete job with no result (None) is remembered: the
+                       idempotency window of its id. Its record goes, its id is kept in a
+                       done hash (include/done.lua); 0 keeps nothing
 ARGV[3] keep_payload   1: a complete record keeps its payload; 0: it keeps only its state,
                        attempts, times and result (the payload is most of a record)
 ARGV[4] format         'json': ARGV[5] is one JSON array of [id, lease, outcome, data,
@@ -31,11 +33,12 @@ ARGV[4] format         'json': ARGV[5] is one JSON array of [id, lease, outcome,
 Returns one code per job: 1 settled, -2 lease not held.
 ]]
 -- @include clock
+-- @include done
 -- @include record
 -- @include ready
 -- @include schedule
 local active, schedule, dead, notify = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local schedule_wake, job_prefix, READY = KEYS[5], KEYS[6], 7
+local schedule_wake, job_prefix, done_prefix, READY = KEYS[5], KEYS[6], KEYS[7], 8
 local result_ttl_ms, kept_ms, keep_payload = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local now = redis_clock()
 
@@ -44,15 +47,18 @@ local function finish(key, state, field, data)
   expire_record(key, result_ttl_ms)
 end
 
--- A complete record keeps what its status, result and id's idempotency need, and its
--- lease owner (so that a resent ack finds it settled): failed and dead ones keep
--- everything, for inspection.
-local function complete(key, data)
-  if keep_payload == '1' then
-    redis.call('HDEL', key, 'pr', 'e')
-  else
-    redis.call('HDEL', key, 'p', 'pr', 'e')
+-- A complete job keeps what its status, result and id's idempotency need: with a result,
+-- a record without the payload (unless asked to keep it), the priority or a retry's
+-- error, but with its lease owner (so that a resent ack finds it settled); with none, no
+-- record, only its id in a done hash. Failed and dead ones keep everything.
+local function complete(id, key, data)
+  if data == 'null' and keep_payload ~= '1' then
+    redis.call('DEL', key)
+    if kept_ms > 0 then mark_done(done_prefix, id, now, kept_ms) end
+    return
   end
+  redis.call('HDEL', key, 'pr', 'e')
+  if keep_payload ~= '1' then redis.call('HDEL', key, 'p') end
   if data == 'null' then
     redis.call('HSET', key, 's', 'complete', 'ft', now)
     expire_record(key, kept_ms)
@@ -80,7 +86,7 @@ end
 local function settle(id, lease, outcome, data, delay_ms)
   local key = job_prefix .. id
   local record = redis.call('HMGET', key, 's', 'w')
-  if not record[1] then -- settled before with result_ttl_ms = 0 (record deleted)
+  if not record[1] then -- settled before, and its record went (no result kept, or ttl 0)
     redis.call('ZREM', active, id)
     return 1
   end
@@ -88,7 +94,7 @@ local function settle(id, lease, outcome, data, delay_ms)
   if record[1] ~= 'active' then return 1 end -- settled before: a retried ack
   redis.call('ZREM', active, id)
   if outcome == 'complete' then
-    complete(key, data)
+    complete(id, key, data)
   elseif outcome == 'retry' then
     schedule_retry(id, key, data, delay_ms)
   elseif outcome == 'bury' then

@@ -1,6 +1,7 @@
 --[[ enqueue: write job records and make them ready (or schedule them), skipping any job
 whose id already has a record, in any state (queued, running, finished or dead, until that
-record expires). So an id is an idempotency key: a client's resend after a lost reply, or
+record expires), or completed with no result within the idempotency window (a done hash,
+include/done.lua). So an id is an idempotency key: a client's resend after a lost reply, or
 a caller's retry with the same id, never runs a job twice. One call carries one job or a
 batch (coalesced or bulk enqueues).
 
@@ -12,45 +13,48 @@ KEYS[2]      schedule       ZSET  job id -> due time (ms)
 KEYS[3]      schedule_wake  LIST  at most one token; wakes a poller when the schedule's head moves earlier
 KEYS[4]      ticks          HASH  periodic spec name -> last tick enqueued (ms)
 KEYS[5]      job_prefix           prefix of job records
-KEYS[6..]    ready          LIST  the ready lists of the priorities this call uses, in the
+KEYS[6]      done_prefix          prefix of the done hashes; carries the queue's hash tag
+KEYS[7..]    ready          LIST  the ready lists of the priorities this call uses, in the
                                   order ARGV[2] lists them (a lone job declares one, not ten)
 ARGV[1]      count          jobs in this call
-ARGV[2]      priorities     the priorities of KEYS[6..], comma-separated, e.g. "5" or "9,5"
-ARGV[3..]    six per job: id, payload (JSON), priority (0..9, written as in ARGV[2]),
+ARGV[2]      priorities     the priorities of KEYS[7..], comma-separated, e.g. "5" or "9,5"
+ARGV[3]      span_ms        the idempotency window of completed jobs with no result
+ARGV[4..]    six per job: id, payload (JSON), priority (0..9, written as in ARGV[2]),
              max_attempts (0 = the worker's default, -1 = unlimited), delay_ms (from now on the Redis
              clock; <= 0 for none), due_ms (epoch ms; <= 0 for none; the later of the two
              wins); integers in decimal, stored as sent
-ARGV[9..10]  only with count = 1, optionally: periodic spec name, tick_ms — the job is
+ARGV[10..11] only with count = 1, optionally: periodic spec name, tick_ms — the job is
              written only if that tick is later than the last one recorded for the spec
 
 Returns {created_1, state_1, created_2, ...}: created is 1 when the job was written, 0 when
-a job with its id exists (state is then that job's state) or its tick was enqueued
-already (state 'tick-done').
+a job with its id exists (state is then that job's state; 'complete' for one in a done
+hash) or its tick was enqueued already (state 'tick-done').
 ]]
 -- @include clock
+-- @include done
 -- @include notify
 -- @include schedule
 local notify, schedule, schedule_wake = KEYS[1], KEYS[2], KEYS[3]
-local ticks, job_prefix = KEYS[4], KEYS[5]
-local count = tonumber(ARGV[1])
+local ticks, job_prefix, done_prefix = KEYS[4], KEYS[5], KEYS[6]
+local count, span_ms = tonumber(ARGV[1]), tonumber(ARGV[3])
 
 -- Straight-line code, no closures or iterators per job: this runs once per enqueue.
 local ready = {}
 if #ARGV[2] == 1 then -- one priority: a lone job, and most batches
-  ready[ARGV[2]] = KEYS[6]
+  ready[ARGV[2]] = KEYS[7]
 else
-  local position = 6
+  local position = 7
   for priority in string.gmatch(ARGV[2], '%d+') do
     ready[priority] = KEYS[position]
     position = position + 1
   end
 end
 
-if count == 1 and ARGV[9] then -- one job per periodic tick, however many schedulers race
-  local last = tonumber(redis.call('HGET', ticks, ARGV[9]) or -1)
-  local tick_ms = tonumber(ARGV[10])
+if count == 1 and ARGV[10] then -- one job per periodic tick, however many schedulers race
+  local last = tonumber(redis.call('HGET', ticks, ARGV[10]) or -1)
+  local tick_ms = tonumber(ARGV[11])
   if tick_ms <= last then return {0, 'tick-done'} end
-  redis.call('HSET', ticks, ARGV[9], tick_ms)
+  redis.call('HSET', ticks, ARGV[10], tick_ms)
 end
 
 local now = redis_clock()
@@ -58,10 +62,11 @@ local out = {}
 local tokens = 0
 
 for i = 1, count do
-  local base = i * 6 - 3 -- id, payload, priority, max_attempts, delay_ms, due_ms
+  local base = i * 6 - 2 -- id, payload, priority, max_attempts, delay_ms, due_ms
   local id = ARGV[base]
   local job = job_prefix .. id
   local existing = redis.call('HGET', job, 's')
+  if not existing and is_done(done_prefix, id, now, span_ms) then existing = 'complete' end
   if existing then
     out[2 * i - 1], out[2 * i] = 0, existing
   else

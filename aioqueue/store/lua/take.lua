@@ -27,7 +27,9 @@ KEYS[5]     job_prefix        prefix of job records; carries the queue's hash ta
 KEYS[6..15] ready     LIST  ready lists of priorities 0..9
 KEYS[16]    schedule  ZSET  job id -> due time (ms)
 KEYS[17]    skips     STRING ready entries of cancelled jobs; less one per entry skipped
-KEYS[18]    taken     LIST  ids this lease token took (expires with the lease): if the same
+KEYS[18]    done_prefix       prefix of the done hashes (include/done.lua); carries the tag
+KEYS[19]    taken_prefix     prefix of the taken lists below; carries the queue's hash tag
+KEYS[20]    taken     LIST  ids this lease token took (expires with the lease): if the same
                             call comes again (a client resend after a lost reply), it gets
                             the same jobs back instead of stranding them and taking more.
                             Last, so that the keys before it are the same for every call
@@ -39,7 +41,11 @@ ARGV[4] woken     1 if the caller's BLPOP just consumed a notify token, else 0: 
 ARGV[5] result_ttl_ms  how long a skipped cancelled record is kept; 0 deletes it
 ARGV[6] promote   promote up to this many due jobs first (0: none; bounds run time)
 ARGV[7] front     1: promoted jobs go ahead of the jobs already ready (due first), 0: behind
-ARGV[8..] pairs   priority (0..9), quota: the plan (none needed when limit is 0). Unless it
+ARGV[8] span_ms   the idempotency window of completed jobs with no result: an entry whose
+                  job completed so (no record left) is skipped, not buried
+ARGV[9] forget    lease tokens (space-separated) of the caller's earlier takes whose replies
+                  it has read: their taken lists are no longer needed and go now
+ARGV[10..] pairs  priority (0..9), quota: the plan (none needed when limit is 0). Unless it
                   lists all ten levels, the notify tokens of the levels left out are kept.
 
 Returns {now_us, promoted, next_due_ms, id_1, payload_1, attempts_1, max_attempts_1, id_2,
@@ -47,19 +53,22 @@ Returns {now_us, promoted, next_due_ms, id_1, payload_1, attempts_1, max_attempt
 time), next_due_ms the schedule's head after this call (-1 if empty, or if not promoting).
 ]]
 -- @include clock
+-- @include done
 -- @include record
 -- @include poison
 -- @include promote_due
 local active, notify, dead, seq, job_prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local READY, schedule, skips, taken_key = 6, KEYS[16], KEYS[17], KEYS[18]
+local READY, schedule, skips, done_prefix = 6, KEYS[16], KEYS[17], KEYS[18]
+local taken_prefix, taken_key = KEYS[19], KEYS[20]
 local lease, lease_ms, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local woken, result_ttl_ms = tonumber(ARGV[4]), tonumber(ARGV[5])
-local promote_limit, front = tonumber(ARGV[6]), ARGV[7] == '1'
-if limit > 0 and #ARGV < 9 then
-  return redis.error_reply('take: no priority plan given (ARGV[8..])')
+local promote_limit, front, span_ms = tonumber(ARGV[6]), ARGV[7] == '1', tonumber(ARGV[8])
+if limit > 0 and #ARGV < 11 then
+  return redis.error_reply('take: no priority plan given (ARGV[10..])')
 end
 local now, now_us = redis_clock()
 local out = {now_us, 0, -1}
+for token in string.gmatch(ARGV[9], '%S+') do redis.call('DEL', taken_prefix .. token) end
 
 -- (1) A resent call (same lease token: the client retried after a lost reply) gets the
 -- jobs it took the first time that are still its own, and takes nothing more.
@@ -107,7 +116,7 @@ local function take_one(id)
     out[#out + 1] = attempts
     out[#out + 1] = tonumber(record[4] or 0)
     taken = taken + 1
-  elseif not state then
+  elseif not state and not is_done(done_prefix, id, now, span_ms) then
     bury_foreign(dead, seq, job_prefix, now, id, 'ready entry has no job record')
   elseif state == 'cancelled' then -- its last ready entry: the record may expire now
     expire_record(key, result_ttl_ms)
@@ -127,13 +136,13 @@ local function drain(priority, want)
 end
 
 local partial = false -- any quota below the limit: a second pass may find more
-for i = 8, #ARGV, 2 do
+for i = 10, #ARGV, 2 do
   local quota = tonumber(ARGV[i + 1])
   if quota < limit then partial = true end
   drain(tonumber(ARGV[i]), quota)
 end
 if partial then
-  for i = 8, #ARGV, 2 do drain(tonumber(ARGV[i]), limit) end
+  for i = 10, #ARGV, 2 do drain(tonumber(ARGV[i]), limit) end
 end
 
 -- (4) Record what this lease took (for a resend), and trim the notify tokens: one per
@@ -142,7 +151,7 @@ if taken > 0 then
   redis.call('RPUSH', taken_key, unpack(taken_ids))
   redis.call('PEXPIRE', taken_key, lease_ms)
 end
-local every_level = (#ARGV - 7) / 2 >= 10
+local every_level = (#ARGV - 9) / 2 >= 10
 if taken < limit and every_level then
   redis.call('DEL', notify) -- every ready list is empty now
 elseif popped > woken then

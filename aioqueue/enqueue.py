@@ -116,12 +116,14 @@ def prepare(
         except TypeError as exc:
             raise InvalidArguments(f"task {name!r} cannot take these arguments: {exc}") from exc
     payload = encode_payload(name, args, kwargs, options.timeout, max_payload_bytes)
+    fresh = options.id is None
     job_id = new_job_id() if options.id is None else options.id
     if options is NO_OPTIONS:  # most enqueues: the task's defaults, nothing to resolve
         if known is None:
-            return NewJob(job_id, payload, DEFAULT_PRIORITY)
-        return NewJob(job_id, payload, known.priority, known.options.max_attempts)
+            return NewJob(job_id, payload, DEFAULT_PRIORITY, fresh=fresh)
+        return NewJob(job_id, payload, known.priority, known.options.max_attempts, fresh=fresh)
     default_priority = known.priority if known else DEFAULT_PRIORITY
     priority = default_priority if options.priority is None else resolve_priority(options.priority)
     max_attempts = options.max_attempts or (known.options.max_attempts if known else 0)
-    return NewJob(job_id, payload, priority, max_attempts, options.delay_ms(), options.due_ms())
+    delay_ms, due_ms = options.delay_ms(), options.due_ms()
+    return NewJob(job_id, payload, priority, max_attempts, delay_ms, due_ms, fresh)

@@ -10,7 +10,7 @@ from redis.asyncio.connection import Connection
 from redis.exceptions import ResponseError
 
 import aioqueue
-from aioqueue.store import batching, scripts
+from aioqueue.store import batching, records, scripts
 from aioqueue.store.keys import QueueKeys
 from aioqueue.store.records import NewJob
 
@@ -168,3 +168,32 @@ async def test_an_app_closed_and_used_again_enqueues_on_a_new_connection(app: ai
     await noop.enqueue()
     await asyncio.gather(noop.enqueue(), noop.enqueue())
     assert (await app.queue().counts()).ready == 4
+
+
+async def test_a_resent_enqueue_finds_a_fresh_job_that_already_completed(
+    app: aioqueue.App,
+) -> None:
+    """A generated id is new on its first send, so the script does not look for it (one
+    command less per job). A resend may come after the job ran, completed with no result
+    and left only its id in a done hash: the resend is marked, so the id is looked for and
+    the job is not written again."""
+    from aioqueue.store import wire
+
+    keys = app.queue().keys
+    redis = await app.internal_client()
+    job = NewJob("0f8e6c2a-1b7d-4e5f-9a3b-c4d5e6f7a8b9", b'{"t":"x"}', 5, fresh=True)
+    span = 60_000
+    before, first_send, after = scripts._pack_enqueue_parts(keys, [job], span)
+    connection = await wire.checkout(redis.connection_pool)
+    try:
+        [created] = await wire.send(connection, scripts._ENQUEUE, [before + first_send + after])
+        assert created == [1, b"queued"]
+        taken = await scripts.take(redis, keys, lease="w:1", lease_ms=30_000, limit=1)
+        done = records.Settlement(taken.jobs[0].id, "w:1", "complete", b"null")
+        await scripts.ack(redis, keys, [done], result_ttl_ms=span, kept_ms=span)
+        assert await redis.exists(keys.job(job.id)) == 0
+        resend = before + scripts._RESEND + after
+        [again] = await wire.send(connection, scripts._ENQUEUE, [resend])
+        assert again == [0, b"complete"]
+    finally:
+        await redis.connection_pool.release(connection)

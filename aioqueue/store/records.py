@@ -160,7 +160,9 @@ class QueueCounts:
 
 
 class NewJob(NamedTuple):
-    """One job for the enqueue script (a tuple: built once per enqueue, so cheap to make)."""
+    """One job for the enqueue script (a tuple: built once per enqueue, so cheap to make).
+    ``fresh``: its id was just generated (a random UUID), so on a first send it cannot
+    exist yet and the script skips looking for it."""
 
     id: str
     payload: bytes
@@ -168,6 +170,7 @@ class NewJob(NamedTuple):
     max_attempts: int = 0
     delay_ms: int = 0
     due_ms: int = 0
+    fresh: bool = False
 
 
 class Enqueued(NamedTuple):

@@ -93,9 +93,10 @@ def _enqueue_call(
         keys.notify, keys.schedule, keys.schedule_wake, keys.ticks, keys.job_prefix,
         keys.done_prefix, *(keys.ready(priority) for priority in priorities),
     ]  # fmt: skip
-    args: list[Arg] = [len(jobs), ",".join(map(str, priorities)), span_ms]
+    args: list[Arg] = [len(jobs), ",".join(map(str, priorities)), span_ms, 0]
     for job in jobs:
         args += (job.id, job.payload, job.priority, job.max_attempts, job.delay_ms, job.due_ms)
+        args.append(int(job.fresh))
     return script_keys, args
 
 
@@ -114,25 +115,38 @@ def _enqueued(reply: Sequence[Any]) -> list[Enqueued]:
 def _enqueue_head(
     keys: QueueKeys, priorities: tuple[int, ...], span_ms: int
 ) -> tuple[int, bytes, bytes]:
-    """The argument count without the jobs; RESP of EVALSHA, sha and KEYS; of ARGV[2..3]."""
+    """The argument count without the jobs; RESP of EVALSHA, sha and KEYS; of ARGV[2..3]
+    (ARGV[1], the count, goes before it; ARGV[4], the resend flag, after it)."""
     script_keys, args = _enqueue_call(keys, [NewJob("", b"", p) for p in priorities], span_ms)
     head = [b"EVALSHA", _ENQUEUE.sha.encode(), b"%d" % len(script_keys)]
     head += (key.encode() for key in script_keys)
-    return len(head) + 3, wire.bulk(*head), wire.bulk(str(args[1]).encode(), b"%d" % span_ms)
+    return len(head) + 4, wire.bulk(*head), wire.bulk(str(args[1]).encode(), b"%d" % span_ms)
+
+
+_FIRST_SEND, _RESEND = wire.bulk(b"0"), wire.bulk(b"1")  # ARGV[4] of an enqueue call
 
 
 def _pack_enqueue(keys: QueueKeys, jobs: Sequence[NewJob], span_ms: int = 0) -> bytes:
     """One enqueue script call, packed: the same KEYS and ARGV as ``_enqueue_call``."""
+    before, flag, after = _pack_enqueue_parts(keys, jobs, span_ms)
+    return before + flag + after
+
+
+def _pack_enqueue_parts(
+    keys: QueueKeys, jobs: Sequence[NewJob], span_ms: int
+) -> tuple[bytes, bytes, bytes]:
+    """A packed enqueue call in three parts: what goes before the resend flag (ARGV[4]),
+    the flag (first send), and what goes after it."""
     priority = jobs[0].priority
     if all(job.priority == priority for job in jobs):
         priorities: tuple[int, ...] = (priority,)
     else:
         priorities = tuple(sorted({job.priority for job in jobs}))
     argc, head, tail = _enqueue_head(keys, priorities, span_ms)
-    return b"".join((
-        wire.array(argc + wire.JOB_ARGS * len(jobs)), head, wire.numbers(len(jobs)), tail,
-        wire.jobs(jobs),
-    ))  # fmt: skip
+    before = b"".join(
+        (wire.array(argc + wire.JOB_ARGS * len(jobs)), head, wire.numbers(len(jobs)), tail)
+    )
+    return before, _FIRST_SEND, wire.jobs(jobs)
 
 
 async def enqueue_many(
@@ -151,7 +165,11 @@ async def enqueue_many(
     heard twice)."""
     chunk = min(chunk, MAX_ENQUEUE_BATCH)
     starts = range(0, len(jobs), chunk)
-    commands = [_pack_enqueue(keys, jobs[start : start + chunk], span_ms) for start in starts]
+    parts = [_pack_enqueue_parts(keys, jobs[start : start + chunk], span_ms) for start in starts]
+    commands = [before + flag + after for before, flag, after in parts]
+
+    def resent(_: list[bytes]) -> list[bytes]:  # marked: no id may be taken as fresh
+        return [before + _RESEND + after for before, _, after in parts]
 
     parsed: list[list[Enqueued]] = [[] for _ in commands]
 
@@ -160,7 +178,7 @@ async def enqueue_many(
         if on_chunk is not None:
             on_chunk(starts[index], parsed[index])
 
-    await wire.send(connection, _ENQUEUE, commands, on_reply)
+    await wire.send(connection, _ENQUEUE, commands, on_reply, resent=resent)
     return [item for results in parsed for item in results]
 
 

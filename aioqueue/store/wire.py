@@ -39,14 +39,14 @@ def numbers(*values: int) -> bytes:
     return bulk(*(b"%d" % value for value in values))
 
 
-# The six arguments of one job (id, payload, priority, max_attempts, delay_ms, due_ms),
-# in one format operation: the enqueue path packs thousands of them per second.
-_JOB = b"$%d\r\n%b\r\n$%d\r\n%b\r\n$1\r\n%d\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n"
-JOB_ARGS = 6
+# The seven arguments of one job (id, payload, priority, max_attempts, delay_ms, due_ms,
+# fresh), in one format operation: the enqueue path packs thousands of them per second.
+_JOB = b"$%d\r\n%b\r\n$%d\r\n%b\r\n$1\r\n%d\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n$1\r\n%d\r\n"
+JOB_ARGS = 7
 
 
 def jobs(new_jobs: Sequence[NewJob]) -> bytes:
-    """The per-job arguments of an enqueue call, six per job, in NewJob's field order."""
+    """The per-job arguments of an enqueue call, seven per job, in NewJob's field order."""
     parts = []
     for job in new_jobs:
         if not 0 <= job.priority <= 9:  # one digit on the wire, and one ready list per digit
@@ -55,7 +55,7 @@ def jobs(new_jobs: Sequence[NewJob]) -> bytes:
         attempts, delay, due = b"%d" % job.max_attempts, b"%d" % job.delay_ms, b"%d" % job.due_ms
         parts.append(_JOB % (
             len(job_id), job_id, len(job.payload), job.payload, job.priority,
-            len(attempts), attempts, len(delay), delay, len(due), due,
+            len(attempts), attempts, len(delay), delay, len(due), due, job.fresh,
         ))  # fmt: skip
     return b"".join(parts)
 
@@ -81,15 +81,22 @@ async def send(
     script: Script,
     commands: list[bytes],
     on_reply: Callable[[int, Any], None] | None = None,
+    resent: Callable[[list[bytes]], list[bytes]] | None = None,
 ) -> list[Any]:
     """Send packed calls of ``script`` in one write and read every reply
     (``on_reply(index, reply)`` as each arrives); load the script if Redis lost it.
 
     The connection's retry policy resends after a dropped connection: the scripts sent
-    this way are safe to run twice (see ``connection``)."""
+    this way are safe to run twice (see ``connection``). ``resent(commands)`` gives what
+    to send instead when it does (a call that must know it may have run already)."""
+    sends = 0
 
     async def round_trip() -> list[Any]:
-        await connection.send_packed_command(commands)
+        nonlocal sends
+        sends += 1
+        await connection.send_packed_command(
+            commands if sends == 1 or resent is None else resent(commands)
+        )
         replies, error = [], None
         for index in range(len(commands)):
             try:

@@ -19,11 +19,15 @@ KEYS[7..]    ready          LIST  the ready lists of the priorities this call us
 ARGV[1]      count          jobs in this call
 ARGV[2]      priorities     the priorities of KEYS[7..], comma-separated, e.g. "5" or "9,5"
 ARGV[3]      span_ms        the idempotency window of completed jobs with no result
-ARGV[4..]    six per job: id, payload (JSON), priority (0..9, written as in ARGV[2]),
+ARGV[4]      resend         1 if this call may have run already (a resend after a dropped
+                            connection): then no id is taken to be fresh
+ARGV[5..]    seven per job: id, payload (JSON), priority (0..9, written as in ARGV[2]),
              max_attempts (0 = the worker's default, -1 = unlimited), delay_ms (from now on the Redis
              clock; <= 0 for none), due_ms (epoch ms; <= 0 for none; the later of the two
-             wins); integers in decimal, stored as sent
-ARGV[10..11] only with count = 1, optionally: periodic spec name, tick_ms — the job is
+             wins), fresh (1: the id was just generated, a random UUID, so it cannot
+             have a record or a done entry yet, and is not looked for); integers in
+             decimal, stored as sent
+ARGV[12..13] only with count = 1, optionally: periodic spec name, tick_ms — the job is
              written only if that tick is later than the last one recorded for the spec
 
 Returns {created_1, state_1, created_2, ...}: created is 1 when the job was written, 0 when
@@ -36,7 +40,7 @@ hash) or its tick was enqueued already (state 'tick-done').
 -- @include schedule
 local notify, schedule, schedule_wake = KEYS[1], KEYS[2], KEYS[3]
 local ticks, job_prefix, done_prefix = KEYS[4], KEYS[5], KEYS[6]
-local count, span_ms = tonumber(ARGV[1]), tonumber(ARGV[3])
+local count, span_ms, resend = tonumber(ARGV[1]), tonumber(ARGV[3]), ARGV[4] == '1'
 
 -- Straight-line code, no closures or iterators per job: this runs once per enqueue.
 local ready = {}
@@ -50,11 +54,11 @@ else
   end
 end
 
-if count == 1 and ARGV[10] then -- one job per periodic tick, however many schedulers race
-  local last = tonumber(redis.call('HGET', ticks, ARGV[10]) or -1)
-  local tick_ms = tonumber(ARGV[11])
+if count == 1 and ARGV[12] then -- one job per periodic tick, however many schedulers race
+  local last = tonumber(redis.call('HGET', ticks, ARGV[12]) or -1)
+  local tick_ms = tonumber(ARGV[13])
   if tick_ms <= last then return {0, 'tick-done'} end
-  redis.call('HSET', ticks, ARGV[10], tick_ms)
+  redis.call('HSET', ticks, ARGV[12], tick_ms)
 end
 
 local now = redis_clock()
@@ -62,11 +66,14 @@ local out = {}
 local tokens = 0
 
 for i = 1, count do
-  local base = i * 6 - 2 -- id, payload, priority, max_attempts, delay_ms, due_ms
+  local base = i * 7 - 2 -- id, payload, priority, max_attempts, delay_ms, due_ms, fresh
   local id = ARGV[base]
   local job = job_prefix .. id
-  local existing = redis.call('HGET', job, 's')
-  if not existing and is_done(done_prefix, id, now, span_ms) then existing = 'complete' end
+  local existing = false
+  if resend or ARGV[base + 6] ~= '1' then
+    existing = redis.call('HGET', job, 's')
+    if not existing and is_done(done_prefix, id, now, span_ms) then existing = 'complete' end
+  end
   if existing then
     out[2 * i - 1], out[2 * i] = 0, existing
   else

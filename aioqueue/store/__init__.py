@@ -10,6 +10,7 @@ reads      typed reads of queue state (records, counts, listings)
 specs      periodic specs stored per queue
 heartbeats workers' heartbeats per queue
 batching   concurrent enqueues coalesced into one script call per round trip
+server     what the server is set to, where it matters (its eviction policy)
 connection the App's Redis clients and their retry policy
 embedded   a private redis-server for machines that have none
 """

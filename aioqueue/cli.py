@@ -22,7 +22,7 @@ from .app import App
 from .errors import AioqueueError, ConfigError
 from .settings import ENV_REDIS_URL, WORKER_DEFAULTS
 from .store.embedded import EmbeddedServer
-from .store.heartbeats import mixed_task_sets
+from .store.heartbeats import mixed_task_sets, mixed_windows
 from .store.server import eviction
 
 if TYPE_CHECKING:
@@ -297,8 +297,9 @@ async def run_check(app: App, args: argparse.Namespace) -> int:
             healthy = healthy and bool(workers)
             running = sum(int(worker.get("running", 0)) for worker in workers)
             print(f"{name}: {len(workers)} live worker(s), {running} job(s) running")  # noqa: T201
-            if (mixed := mixed_task_sets(workers)) is not None:
-                print(f"WARNING {name}: {mixed}")  # noqa: T201
+            for mixed in (mixed_task_sets(workers), mixed_windows(workers)):
+                if mixed is not None:
+                    print(f"WARNING {name}: {mixed}")  # noqa: T201
         evicting = await eviction(await app.client())
         if (problem := evicting.problem()) is not None:
             print(f"PROBLEM: {problem}")  # noqa: T201

@@ -222,8 +222,9 @@ class Queue:
     async def reconcile(self, *, batch: int = 500) -> int:
         """Put back jobs whose entry vanished while their record stayed (a server that
         evicted keys: see ``aioqueue check``): a queued job missing from its ready list is
-        made ready again, and so on. Scans every job record of the queue; returns how many
-        were repaired. Safe to run at any time, by any number of callers."""
+        made ready again, and so on. Scans every job record of the queue, and each queued
+        one's ready list (LPOS: O(backlog) per queued job): run it after an eviction, not
+        routinely. Returns how many were repaired; concurrent runs do no harm."""
         redis = await self._host.client()
         repaired = 0
         async for ids in reads.job_ids(redis, self.keys, batch=batch):

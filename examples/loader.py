@@ -4,10 +4,11 @@ Reminders live in a table (SQLite stands in for your database). Every EVERY seco
 periodic job loads the reminders due in the window around now into the queue, each
 under an id of its own (``reminder-<row id>``) and at its due time. The windows overlap,
 and any number of workers may run the loader at once: the ids make that harmless, since
-enqueueing an id that already has a record adds nothing. Rows whose load was missed
-(every worker was down) are still inside the next window's look-back, so they run late
-rather than never; keep the look-back shorter than ``result_ttl`` (the time a finished
-job's id stays an idempotency key), so a reminder that ran is not loaded again.
+enqueueing an id that is still known adds nothing. Rows whose load was missed (every
+worker was down) are still inside the next window's look-back, so they run late rather
+than never; keep the look-back shorter than ``idempotency_ttl`` (how long a job that
+returned nothing keeps its id as an idempotency key), so a reminder that ran is not loaded
+again.
 
 Run it (a private redis-server is started when ``AIOQUEUE_REDIS_URL`` is unset)::
 

@@ -257,3 +257,22 @@ async def test_reconcile_command(cli_env: dict[str, str], producer: aioqueue.App
     assert code == 0, err
     assert await job.result(timeout=1) == "LOST"
     await producer.close()
+
+
+async def test_workers_with_different_idempotency_windows_are_a_warning(
+    redis_url: str, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Completed jobs' ids are kept where the window says: processes that disagree do not
+    find each other's, and a reused id runs again."""
+    short = aioqueue.App(redis_url=redis_url, prefix=prefix, idempotency_ttl=60)
+    long = aioqueue.App(redis_url=redis_url, prefix=prefix, idempotency_ttl=3600)
+    for app in (short, long):
+        app.task(name="same")(_noop)
+    try:
+        async with short.worker(queues=["default"]):
+            await wait_until(lambda: _has_live_worker(short))
+            async with long.worker(queues=["default"]):
+                await wait_until(lambda: _logged(caplog, "different idempotency windows"))
+    finally:
+        await short.close()
+        await long.close()

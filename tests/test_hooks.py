@@ -198,15 +198,18 @@ async def test_a_worker_without_the_task_says_it_cannot_run_the_hooks(
 async def test_a_handler_abandoned_past_its_timeout_fires_its_hooks(app: aioqueue.App) -> None:
     """It ignored every cancellation: the job is settled without it, hooks included."""
     seen: list[str] = []
-    let_go = asyncio.Event()  # the test ends it: an event loop cannot close over it
+    let_go, gone = asyncio.Event(), asyncio.Event()  # the test ends it, after the worker
 
     @app.task(retries=0, timeout=0.1)
     async def stubborn() -> None:
-        while not let_go.is_set():
-            try:
-                await let_go.wait()
-            except asyncio.CancelledError:
-                continue
+        try:
+            while not let_go.is_set():
+                try:
+                    await let_go.wait()
+                except asyncio.CancelledError:
+                    continue
+        finally:
+            gone.set()
 
     @stubborn.on_dead
     def dead(job: aioqueue.JobContext, error: BaseException) -> None:
@@ -218,9 +221,12 @@ async def test_a_handler_abandoned_past_its_timeout_fires_its_hooks(app: aioqueu
             await wait_until(lambda: _status_is(job, aioqueue.JobStatus.DEAD), timeout=10)
             await wait_until(lambda: _has(seen, 1))
             assert worker.outcomes == {"bury": 1}
+            let_go.set()  # the abandoned handler ends after all: nothing fires again
+            await asyncio.wait_for(gone.wait(), 5)
     finally:
         let_go.set()
     assert seen == ["HandlerTimeout"]
+    assert worker.outcomes == {"bury": 1}
 
 
 async def test_a_handler_ending_at_the_second_cancellation_fires_its_hooks(

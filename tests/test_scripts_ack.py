@@ -300,7 +300,7 @@ async def test_a_job_with_no_result_keeps_only_its_id_for_its_own_time(
     assert settled == [True]
     assert await db.exists(keys.job("a")) == 0
     generations = {now // 5_000, (now + 1_000) // 5_000}  # the ack ran a moment later
-    done = [keys.done(g, done_slot(b"a")) for g in generations]
+    done = [keys.done(5_000, g, done_slot(b"a")) for g in generations]
     assert [await db.hexists(key, "a") for key in done].count(True) == 1
     assert await scripts.ack(db, keys, [settle(job, "complete", b"null")], result_ttl_ms=TTL) == [
         True
@@ -348,5 +348,7 @@ async def test_python_and_lua_agree_on_a_done_slot(db: Redis, keys: QueueKeys, j
     now = await redis_now_ms(db)
     await scripts.ack(db, keys, [settle(job, "complete", b"null")], result_ttl_ms=TTL, kept_ms=TTL)
     slot = done_slot(job_id.encode())
-    found = [await db.hexists(keys.done(g, slot), job_id) for g in (now // TTL, now // TTL + 1)]
+    found = [
+        await db.hexists(keys.done(TTL, g, slot), job_id) for g in (now // TTL, now // TTL + 1)
+    ]
     assert True in found

@@ -549,3 +549,20 @@ async def test_bad_retries_raise(app: aioqueue.App, retries: Any) -> None:
 
 
 async def _noop() -> None: ...
+
+
+async def test_only_a_burst_worker_keeps_track_of_its_retries(app: aioqueue.App) -> None:
+    """A long-running worker must not remember every id it ever retried."""
+
+    @app.task(retries=1, backoff=aioqueue.Fixed(3600))
+    async def flaky() -> None:
+        raise ConnectionError("later")
+
+    await flaky.enqueue()
+    async with app.worker() as worker:
+        await wait_until(lambda: _outcome_is(worker, "retry"))
+        assert all(not acks.retrying for acks in worker._acks)
+
+
+async def _outcome_is(worker: aioqueue.Worker, outcome: str) -> bool:
+    return worker.outcomes[outcome] > 0

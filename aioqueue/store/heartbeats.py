@@ -51,6 +51,20 @@ def mixed_task_sets(beats: list[dict[str, Any]]) -> str | None:
     )
 
 
+def mixed_windows(beats: list[dict[str, Any]]) -> str | None:
+    """If the live workers of one queue keep completed jobs' ids for different idempotency
+    windows, say so: each looks for them where it would have put them, so a job completed
+    by one is not found by another (an id reused then runs again)."""
+    windows = {beat["idempotency_ms"] for beat in beats if "idempotency_ms" in beat}
+    if len(windows) < 2:
+        return None
+    shown = ", ".join(f"{ms / 1000:g}s" for ms in sorted(windows))
+    return (
+        f"live workers use different idempotency windows ({shown}): set idempotency_ttl "
+        "(and result_ttl) the same in every process of the app, producers included"
+    )
+
+
 async def live_workers(redis: Redis, keys: QueueKeys) -> list[dict[str, Any]]:
     """The beats of the workers whose heartbeat is fresh; expired ids are pruned."""
     members = cast("set[bytes]", await redis.smembers(keys.workers))

@@ -16,9 +16,10 @@ Roles:
   active      ZSET  job id -> lease deadline (ms, Redis clock)
   dead        ZSET  job id -> time it was buried (ms)
   job:<id>    HASH  the job record (fields: see records.py)
-  done:<g>:<s> HASH completed jobs that returned nothing, id -> "": no record each (a key
-              costs ~190 B however small) but a field in one of DONE_SLOTS small hashes
-              per generation g of the idempotency window; s = done_slot(id)
+  done:<w>:<g>:<s> HASH completed jobs that returned nothing, id -> "": no record each (a
+              key costs ~190 B however small) but a field in one of DONE_SLOTS small
+              hashes per generation g of the idempotency window w (ms); s = done_slot(id).
+              Producers and workers find these only if they agree on w
   seq         STRING counter for ids that scripts mint (poison entries)
   periodic    HASH  periodic spec name -> spec (JSON)
   workers     SET   ids of workers that beat for this queue
@@ -129,8 +130,8 @@ class QueueKeys:
         """Scripts append ``<generation>:<slot>`` to this to reach a done hash."""
         return f"{self.base}:done:"
 
-    def done(self, generation: int, slot: int) -> str:
-        return f"{self.base}:done:{generation}:{slot}"
+    def done(self, window_ms: int, generation: int, slot: int) -> str:
+        return f"{self.base}:done:{window_ms}:{generation}:{slot}"
 
     @property
     def job_prefix(self) -> str:

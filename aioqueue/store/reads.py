@@ -55,19 +55,20 @@ async def _is_done(redis: Redis, keys: QueueKeys, job_id: str, span_ms: int) -> 
     generation, slot = int(time.time() * 1000) // span_ms, done_slot(job_id.encode())
     async with redis.pipeline(transaction=False) as pipe:
         for g in (generation + 1, generation, generation - 1, generation - 2):
-            pipe.hexists(keys.done(g, slot), job_id)
+            pipe.hexists(keys.done(span_ms, g, slot), job_id)
         found = await pipe.execute()
     return any(found)
 
 
-async def still_scheduled(redis: Redis, keys: QueueKeys, job_ids: Iterable[bytes]) -> set[bytes]:
-    """The ones of ``job_ids`` that are still scheduled (one round trip)."""
+async def due_times(redis: Redis, keys: QueueKeys, job_ids: Iterable[bytes]) -> dict[bytes, int]:
+    """When the ones of ``job_ids`` still on the schedule are due (epoch ms; one round
+    trip)."""
     ids = list(job_ids)
     async with redis.pipeline(transaction=False) as pipe:
         for job_id in ids:
-            pipe.hget(keys.job_prefix.encode() + job_id, Field.STATE.decode())
-        states = cast("list[bytes | None]", await pipe.execute())
-    return {job_id for job_id, state in zip(ids, states, strict=True) if state == b"scheduled"}
+            pipe.zscore(keys.schedule, job_id)
+        scores = cast("list[float | None]", await pipe.execute())
+    return {job_id: int(due) for job_id, due in zip(ids, scores, strict=True) if due is not None}
 
 
 async def scheduled(

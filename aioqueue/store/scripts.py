@@ -420,7 +420,14 @@ async def reconcile(redis: Redis, keys: QueueKeys, job_ids: Sequence[bytes]) -> 
         return 0
     _, repaired = await _RECONCILE(
         redis,
-        [keys.schedule, keys.active, keys.notify, keys.job_prefix, *keys.ready_lists()],
+        [
+            keys.schedule,
+            keys.active,
+            keys.notify,
+            keys.job_prefix,
+            *keys.ready_lists(),
+            keys.schedule_wake,
+        ],
         list(job_ids),
     )
     return int(repaired)

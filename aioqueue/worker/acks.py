@@ -43,6 +43,7 @@ class AckBatcher(Component):
         result_ttl_ms: int,
         kept_ms: int | None = None,
         keep_payload: bool = False,
+        track_retries: bool = False,
     ) -> None:
         super().__init__()
         self.redis, self.keys, self._result_ttl_ms = redis, keys, result_ttl_ms
@@ -51,7 +52,8 @@ class AckBatcher(Component):
         self.unsettled = 0  # held and not yet settled: running, or waiting for a slot
         self.landed = 0  # ack calls that landed so far
         self.landing = asyncio.Event()  # set when an ack call lands (and at stop)
-        self.retrying: set[bytes] = set()  # ids this worker retried with a delay
+        self.retrying: set[bytes] = set()  # ids retried with a delay (if tracked: burst)
+        self._track_retries = track_retries
         self._pending: list[Settlement] = []
         self._wake = asyncio.Event()
         self._in_flight = False
@@ -70,7 +72,7 @@ class AckBatcher(Component):
     def settle(self, settlement: Settlement) -> None:
         """A held job ended (ran, or was handed back): queue its ack."""
         self.unsettled -= 1
-        if settlement.outcome == "retry" and settlement.delay_ms > 0:
+        if self._track_retries and settlement.outcome == "retry" and settlement.delay_ms > 0:
             self.retrying.add(settlement.id)
         self._pending.append(settlement)
         self._wake.set()

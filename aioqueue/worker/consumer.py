@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 MAX_TAKE = 1000  # jobs per take call: bounds its run time inside Redis
 TAKES_IN_FLIGHT = 4  # take calls out at once: the next jobs come while the current run
 MIN_TAKE_CHUNK = 16  # with a take out, wait for this much room: smaller calls cost more
-RETRY_WAIT_POLL = 0.1  # burst mode: seconds between looks at retries still to come
+RETRY_WAIT_MAX = 1.0  # burst mode: seconds at most between looks at retries still to come
 
 
 class QueueConsumer(Component):
@@ -234,22 +234,25 @@ class QueueConsumer(Component):
             promoted = await scripts.promote(
                 self.redis, self.keys, limit=1000, due_first=self._due_first
             )
-            if promoted.count:
-                return False
-            return not await self._retries_pending()
+            if promoted.count or (await reads.counts(self.redis, self.keys)).ready:
+                return False  # (the promoter may have just made a job ready)
+            return not await self._retries_pending(promoted.now_ms)
         except RedisError:
             return False
 
-    async def _retries_pending(self) -> bool:
+    async def _retries_pending(self, now_ms: int) -> bool:
         """Burst mode: are delayed retries of jobs this worker ran still to come? If so,
-        wait a little (until one may be due) and say so: the work started is not done."""
+        wait until the first is due (a second at most, then look again) and say so: the
+        work started is not done. The promoter takes each when it falls due."""
         acks = self._acks
         if not self.settings.wait_retries or not acks.retrying:
             return False
-        acks.retrying &= await reads.still_scheduled(self.redis, self.keys, acks.retrying)
-        if acks.retrying:
-            await wait_event(self.stopping, RETRY_WAIT_POLL)
-        return bool(acks.retrying)
+        due = await reads.due_times(self.redis, self.keys, acks.retrying)
+        acks.retrying = set(due)
+        if due:
+            until = (min(due.values()) - now_ms) / 1000
+            await wait_event(self.stopping, min(RETRY_WAIT_MAX, max(0.0, until)))
+        return bool(due)
 
 
 class StrictOrder:

@@ -17,7 +17,7 @@ import orjson
 from redis.exceptions import RedisError
 
 from ..store import heartbeats
-from ..store.heartbeats import mixed_task_sets
+from ..store.heartbeats import mixed_task_sets, mixed_windows
 from ..store.server import warn_if_evicting
 from .loops import Component, wait_event
 
@@ -46,6 +46,7 @@ class Heartbeat(Component):
         concurrency: int,
         running: Sized,
         tasks: Iterable[str] = (),
+        idempotency_ms: int | None = None,
     ) -> None:
         super().__init__()
         self._redis, self._queues, self._worker_id = redis, queues, worker_id
@@ -54,6 +55,7 @@ class Heartbeat(Component):
             "id": worker_id, "host": socket.gethostname(), "pid": os.getpid(),
             "queues": [keys.name for keys in queues], "concurrency": concurrency,
             "started_at": time.time(), "tasks": sorted(tasks),
+            "idempotency_ms": idempotency_ms,
         }  # fmt: skip
         self._eviction: str | None = None  # the problem last warned about
         self._mixed: dict[str, str | None] = {}  # per queue, the mix last warned about
@@ -75,7 +77,8 @@ class Heartbeat(Component):
         try:
             self._eviction = await warn_if_evicting(self._redis, known=self._eviction)
             for keys in self._queues:
-                mixed = mixed_task_sets(await heartbeats.live_workers(self._redis, keys))
+                beats = await heartbeats.live_workers(self._redis, keys)
+                mixed = mixed_task_sets(beats) or mixed_windows(beats)
                 if mixed is not None and mixed != self._mixed.get(keys.name):
                     logger.warning("queue %s: %s", keys.name, mixed)
                 self._mixed[keys.name] = mixed

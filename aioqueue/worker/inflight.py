@@ -174,7 +174,7 @@ class InFlight(Component):
         self._deadlines = Deadlines()
         self.env = env  # what jobs run with (set again when the worker starts)
         self._abandoned: set[asyncio.Task[None]] = set()
-        self._hooks: set[asyncio.Task[None]] = set()  # hooks of abandoned jobs
+        self._hooks: set[asyncio.Task[None]] = set()  # hooks run outside a job's own task
 
     def admit(self, taken: Taken, acks: AckBatcher) -> None:
         """A take call leased ``taken``: it starts now if a slot is free, else it waits."""
@@ -191,6 +191,8 @@ class InFlight(Component):
             try:
                 settlement = await run_job(job, self.env)
             except asyncio.CancelledError:
+                if job.settled:  # abandoned: settled, hooks and all, when it was
+                    return
                 settlement = job.interrupted_settlement()
                 await job.interrupted_hooks(settlement)
             except Exception:  # a bug in aioqueue itself: keep the job, keep the worker
@@ -229,18 +231,18 @@ class InFlight(Component):
         self._abandoned.add(task)
         settlement = job.interrupted_settlement()
         self._settle(job, settlement)
-        hooks = asyncio.get_running_loop().create_task(job.interrupted_hooks(settlement))
-        self._hooks.add(hooks)
-        hooks.add_done_callback(self._hooks.discard)
+        self._spawn_hooks(job.interrupted_hooks(settlement))
 
-    async def lease_expired(self, queue: str, job: Taken) -> None:
-        """A job of ``queue`` that this worker's lease reclaim buried: run its hooks."""
-        await expired_hooks(
-            self.env,
-            queue,
-            job,
-            LeaseExpired(f"lease expired {job.attempts} time(s): the worker died or stalled"),
-        )
+    def lease_expired(self, queue: str, job: Taken) -> None:
+        """A job of ``queue`` that this worker's lease reclaim buried: run its hooks, in a
+        task of their own (a slow hook must not hold up the reclaim loop)."""
+        error = LeaseExpired(f"lease expired {job.attempts} time(s): the worker died or stalled")
+        self._spawn_hooks(expired_hooks(self.env, queue, job, error))
+
+    def _spawn_hooks(self, hooks: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(hooks)
+        self._hooks.add(task)
+        task.add_done_callback(self._hooks.discard)
 
     # -- requests from outside: abort, shutdown --------------------------------------------
 

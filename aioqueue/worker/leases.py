@@ -16,7 +16,7 @@ from ..store import scripts
 from .loops import Component, wait_event
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Coroutine, Sequence
+    from collections.abc import Callable, Coroutine, Sequence
 
     from ..store.records import Taken
     from .acks import AckBatcher
@@ -39,7 +39,7 @@ class LeaseKeeper(Component):
         default_max_attempts: int,
         result_ttl_ms: int,
         on_abort: Callable[[str, bytes], None],
-        on_expired: Callable[[str, Taken], Awaitable[None]],
+        on_expired: Callable[[str, Taken], None],
     ) -> None:
         super().__init__()
         self._queues = queues
@@ -102,5 +102,5 @@ class LeaseKeeper(Component):
                 )  # fmt: skip
             total += result.requeued + result.buried
             for job in result.dead:  # buried by this call alone: their hooks run here
-                await self._on_expired(queue.keys.name, job)
+                self._on_expired(queue.keys.name, job)
         return total

@@ -81,14 +81,27 @@ async def run_job(job: RunningJob, env: RunEnv) -> Settlement:
     except asyncio.CancelledError as exc:
         if job.interrupted:
             raise
-        return await run_hooks(task, context, failed(taken, task, exc), exc)  # raised by itself
+        return await _failed(job, exc)  # raised by the handler itself
     except SerializationError as exc:
-        return await run_hooks(task, context, bury(taken, "SerializationError", str(exc)), exc)
+        return await _ended(job, bury(taken, "SerializationError", str(exc)), exc)
     except BaseException as exc:
-        return await run_hooks(task, context, failed(taken, task, exc), exc)
-    return await run_hooks(
-        task, context, Settlement(taken.id, taken.lease, "complete", data), result
-    )
+        return await _failed(job, exc)
+    return await _ended(job, Settlement(taken.id, taken.lease, "complete", data), result)
+
+
+async def _failed(job: RunningJob, exc: BaseException) -> Settlement:
+    if job.settled or job.task is None:  # abandoned meanwhile: settled (and logged) without it
+        return Settlement(job.taken.id, job.taken.lease, "release")
+    return await _ended(job, failed(job.taken, job.task, exc), exc)
+
+
+async def _ended(job: RunningJob, settlement: Settlement, outcome: Any) -> Settlement:
+    """The hooks of how the run ended, unless the job was settled without it (abandoned
+    past its timeout: its hooks ran then). The in-flight job ignores a settled job's
+    Settlement."""
+    if job.settled or job.task is None or job.context is None:
+        return settlement
+    return await run_hooks(job.task, job.context, settlement, outcome)
 
 
 async def run_hooks(
@@ -118,8 +131,9 @@ def _context(taken: Taken, queue: str, task: Task[..., Any], env: RunEnv) -> Job
 
 async def expired_hooks(env: RunEnv, queue: str, job: Taken, error: BaseException) -> None:
     """A job this worker's lease reclaim buried (its worker died, attempts used): run its
-    on_failure and on_dead hooks here, exactly once (the reclaim that buries it is one
-    atomic step). A worker without the task says so: nobody runs those hooks."""
+    on_failure and on_dead hooks here. The reclaim that buries it is one atomic step, so
+    no other worker runs them; if its reply is lost (a dropped connection: the resend finds
+    nothing left to bury), nobody does: at most once. A worker without the task says so."""
     try:
         task = env.find_task(Payload.decode(job.payload).task)
     except PayloadError:

@@ -160,6 +160,7 @@ class Worker:
         acks = AckBatcher(
             redis, keys, result_ttl_ms=app_settings.result_ttl_ms,
             kept_ms=app_settings.idempotency_ttl_ms, keep_payload=app_settings.keep_payload,
+            track_retries=settings.burst and settings.wait_retries,
         )  # fmt: skip
         consumer = QueueConsumer(
             redis, acks, self._inflight, settings=settings,
@@ -204,6 +205,7 @@ class Worker:
             Heartbeat(
                 redis, queues, worker_id=self.id, concurrency=settings.concurrency,
                 running=inflight.running, tasks=self.app.tasks,
+                idempotency_ms=app_settings.idempotency_ttl_ms,
             ),
         ]  # fmt: skip
 

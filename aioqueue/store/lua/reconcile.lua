@@ -10,13 +10,16 @@ KEYS[2]      active      ZSET  job id -> lease deadline (ms)
 KEYS[3]      notify      LIST  wake-up tokens
 KEYS[4]      job_prefix        prefix of job records; carries the queue's hash tag
 KEYS[5..14]  ready       LIST  ready lists of priorities 0..9
+KEYS[15]     schedule_wake LIST a token wakes a sleeping promoter for a job put back due now
 ARGV[1], ...  ids of job records to look at (found by SCAN), at most a few hundred a call
 
 Returns {looked_at, repaired}.
 ]]
 -- @include clock
 -- @include ready
+-- @include schedule
 local schedule, active, notify, job_prefix, READY = KEYS[1], KEYS[2], KEYS[3], KEYS[4], 5
+local schedule_wake = KEYS[15]
 local now = redis_clock()
 local repaired = 0
 
@@ -32,7 +35,7 @@ for i = 1, #ARGV do
       repaired = repaired + 1
     end
   elseif state == 'scheduled' and not redis.call('ZSCORE', schedule, id) then
-    redis.call('ZADD', schedule, now, id)
+    schedule_at(schedule, schedule_wake, id, now)
     repaired = repaired + 1
   elseif state == 'active' and not redis.call('ZSCORE', active, id) then
     redis.call('ZADD', active, 0, id)

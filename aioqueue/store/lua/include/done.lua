@@ -1,6 +1,6 @@
 -- done: completed jobs that returned nothing, kept compactly for the idempotency window
 -- (span_ms): not a record each (a key costs ~190 B of memory however small) but a field
--- of one of 4096 small hashes per generation, `<done_prefix><generation>:<slot>`
+-- of one of 4096 small hashes per generation, `<done_prefix><span_ms>:<generation>:<slot>`
 -- (listpack-encoded while they hold at most 128 entries: ~45 B a job). A generation lasts
 -- span_ms and its hashes expire one span after it ends, so an id is found, in its slot of
 -- the current or the previous generation, for between one and two spans. The slot is
@@ -16,13 +16,14 @@ end
 local function is_done(done_prefix, id, now, span_ms)
   if span_ms <= 0 then return false end
   local generation, slot = math.floor(now / span_ms), done_slot(id)
-  return redis.call('HEXISTS', done_prefix .. generation .. ':' .. slot, id) == 1
-    or redis.call('HEXISTS', done_prefix .. (generation - 1) .. ':' .. slot, id) == 1
+  local prefix = done_prefix .. span_ms .. ':'
+  return redis.call('HEXISTS', prefix .. generation .. ':' .. slot, id) == 1
+    or redis.call('HEXISTS', prefix .. (generation - 1) .. ':' .. slot, id) == 1
 end
 
 local function mark_done(done_prefix, id, now, span_ms)
   local generation = math.floor(now / span_ms)
-  local key = done_prefix .. generation .. ':' .. done_slot(id)
+  local key = done_prefix .. span_ms .. ':' .. generation .. ':' .. done_slot(id)
   redis.call('HSET', key, id, '')
   redis.call('PEXPIREAT', key, (generation + 2) * span_ms)
 end

@@ -1,7 +1,7 @@
--- promote_due: move up to `limit` due jobs from the schedule to the end of their ready
--- lists (KEYS[ready_first + priority]), in due order, with one notify token each, so
--- workers wake for them; with `front`, to the front instead (due first: ahead of the
--- jobs already ready at their priority, still in due order among themselves). Entries whose record is no longer scheduled (cancelled) are only
+-- promote_due: move up to `limit` due jobs from the schedule to their ready lists
+-- (KEYS[ready_first + priority]), in due order, with one notify token each, so workers
+-- wake for them: to the end of the list, or with `front` to the front (due first: ahead
+-- of the jobs already ready at their priority, still in due order among themselves). Entries whose record is no longer scheduled (cancelled) are only
 -- removed; entries that are not a job are buried. Each due job is promoted exactly once
 -- however many callers race, because the whole script is atomic. Returns the count.
 -- @include notify

@@ -1,11 +1,12 @@
 -- schedule: put job `id` on the schedule, due at `due` (ms), in FIFO order among the jobs
 -- due in the same millisecond: its score is `due` plus a fraction of a millisecond just
--- above the latest entry due in that millisecond (1/4096 apart, exact in a double for
--- epoch ms; past 4096 in one millisecond, ties fall back to the order of ids). Due is the
--- score's integer part: a promoter takes every entry below now + 1.
+-- above the latest entry due in that millisecond (1/1024 apart: exact in a double for
+-- epoch ms below 2^42, the year 2109; past 1024 in one millisecond, ties fall back to the
+-- order of ids). Due is the score's integer part: a promoter takes every entry below
+-- now + 1.
 -- Then wake a sleeping promoter if `id` is now the schedule's head. schedule_wake holds at
 -- most one token: one is enough to make every waiting promoter re-read the schedule.
-local TIE = 1 / 4096
+local TIE = 1 / 1024
 
 local function schedule_at(schedule, schedule_wake, id, due, flag)
   local score = due

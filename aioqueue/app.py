@@ -15,6 +15,7 @@ from .settings import (
     APP_DEFAULTS,
     ENV_REDIS_URL,
     AppSettings,
+    check_redis_url,
     prefix_from_env,
     redis_url_from_env,
 )
@@ -303,7 +304,7 @@ class App:
         None goes back to the constructor's URL or the environment."""
         if self._clients is not None:
             raise ConfigError("set_redis_url() must be called while the app is not connected")
-        self._url_override = url
+        self._url_override = check_redis_url(url) if url else None
 
     async def client(self) -> Redis:
         """The app's Redis client for the running event loop (created on first use)."""
@@ -321,10 +322,14 @@ class App:
                 raise ServerUnavailable(
                     f"no Redis URL: pass App(redis_url=...) or set {ENV_REDIS_URL}"
                 )
-            self._clients = make_clients(url, self.settings)
-            self._client_loop = loop
-            await load_all(self._clients.internal)
-            await warn_if_evicting(self._clients.internal)
+            clients = make_clients(check_redis_url(url), self.settings)
+            try:  # kept only once it works: a failed first contact is tried afresh
+                await load_all(clients.internal)
+                await warn_if_evicting(clients.internal)
+            except BaseException:
+                await clients.aclose()
+                raise
+            self._clients, self._client_loop = clients, loop
         return self._clients
 
     async def close(self) -> None:

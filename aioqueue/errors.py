@@ -16,8 +16,13 @@ AioqueueError
 ├── HandlerTimeout           a handler swallowed its timeout's cancellation or blocked the loop
 ├── LeaseExpired             a job's worker died or stalled past its lease, its attempts used
 ├── LeaseLost                a worker's ack found the job's lease passed to another worker
-└── ServerUnavailable        no Redis server to talk to (none configured, none startable)
-    └── EnqueueUnconfirmed   Redis failed mid-enqueue; has .job_id: retry with that id
+├── ServerUnavailable        no Redis server to talk to (none configured, none reachable)
+│   ├── TlsFailed            the TLS handshake failed (rediss://): certificates, versions
+│   └── EnqueueUnconfirmed   Redis failed mid-enqueue; has .job_id: retry with that id
+└── ServerRefused            Redis answered no: has the server's message
+    ├── AuthenticationFailed wrong user or password
+    ├── PermissionDenied     the ACL user may not run a command or touch a key
+    └── ServerOutOfMemory    maxmemory reached (noeviction): the command wrote nothing
 
 UnknownTask, PayloadError, HandlerTimeout and LeaseExpired are raised inside a worker and
 recorded as the dead job's error (``JobFailed.error_type`` names them; hooks get the
@@ -28,6 +33,13 @@ attempt, and a broad ``except AioqueueError`` must not swallow it.
 """
 
 from __future__ import annotations
+
+
+def describe(exc: BaseException) -> str:
+    """An exception as a log line shows it: its type and its message. (redis-py 8's
+    exceptions repr as a bare ``server:ResponseError``: the message is what says why.)"""
+    message = str(exc)
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
 class AioqueueError(Exception):
@@ -133,7 +145,28 @@ class LeaseLost(AioqueueError):
 
 
 class ServerUnavailable(AioqueueError):
-    """No Redis server is configured and none could be started."""
+    """No Redis server to talk to: none configured, none startable, or none reachable."""
+
+
+class TlsFailed(ServerUnavailable):
+    """The TLS handshake with Redis failed (``rediss://``): nothing was sent."""
+
+
+class ServerRefused(AioqueueError):
+    """Redis answered, and refused: the message is the server's."""
+
+
+class AuthenticationFailed(ServerRefused):
+    """Redis refused the user name or password."""
+
+
+class PermissionDenied(ServerRefused):
+    """The ACL user may not run a command aioqueue needs, or touch one of its keys."""
+
+
+class ServerOutOfMemory(ServerRefused):
+    """Redis is at ``maxmemory`` (under noeviction) and refused the write: nothing was
+    written."""
 
 
 class EnqueueUnconfirmed(ServerUnavailable):
@@ -141,10 +174,11 @@ class EnqueueUnconfirmed(ServerUnavailable):
     may not be in Redis. An id is an idempotency key while its record exists (until its
     result expires), so retrying with ``.options(id=error.job_id)`` cannot run it twice."""
 
-    def __init__(self, job_ids: list[str], cause: BaseException) -> None:
+    def __init__(self, job_ids: list[str], cause: BaseException, where: str = "") -> None:
         what = f"job {job_ids[0]}" if len(job_ids) == 1 else f"{len(job_ids)} jobs"
+        at = f" at Redis {where}" if where else ""
         super().__init__(
-            f"could not confirm that {what} was enqueued ({cause!r}); "
+            f"could not confirm that {what} was enqueued{at} ({describe(cause)}); "
             f"retry with .options(id={job_ids[0]!r})" + (" (and so on)" if len(job_ids) > 1 else "")
         )
         self.job_id = job_ids[0]

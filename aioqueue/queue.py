@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError
 
 from . import enqueue
 from .enqueue import NO_OPTIONS, JobOptions
-from .errors import ConfigError, EnqueueUnconfirmed
+from .errors import ConfigError
 from .job import Job
 from .store import heartbeats, reads, scripts, specs
 from .store.batching import EnqueueBatcher
+from .store.connection import failure
 from .store.keys import QueueKeys
 
 if TYPE_CHECKING:
@@ -40,6 +40,9 @@ class QueueHost(Protocol):
 
     @property
     def settings(self) -> AppSettings: ...
+
+    @property
+    def redis_url(self) -> str | None: ...
 
     async def client(self) -> Redis: ...
 
@@ -133,8 +136,8 @@ class Queue:
         new = [call._prepare_for(self) for call in calls]
         try:
             results = await self._batcher.submit_many(new)
-        except (RedisConnectionError, RedisTimeoutError) as exc:
-            raise EnqueueUnconfirmed([job.id for job in new], exc) from exc
+        except RedisError as exc:
+            raise self._failure(exc, [job.id for job in new]) from exc
         return [Job(self, job.id, created=r.created) for job, r in zip(new, results, strict=True)]
 
     def job(self, job_id: str) -> Job[Any]:
@@ -151,9 +154,14 @@ class Queue:
         new = self._prepare(task, args, kwargs, options)
         try:
             result = await self._batcher.submit(new)
-        except (RedisConnectionError, RedisTimeoutError) as exc:
-            raise EnqueueUnconfirmed([new.id], exc) from exc
+        except RedisError as exc:
+            raise self._failure(exc, [new.id]) from exc
         return Job(self, new.id, created=result.created)
+
+    def _failure(self, exc: RedisError, job_ids: list[str]) -> Exception:
+        """What an enqueue that Redis failed raises: an aioqueue error saying why and
+        whether the jobs may have landed (or the Redis error itself: a bug)."""
+        return failure(exc, self._host.redis_url or "", job_ids) or exc
 
     def _prepare(
         self,

@@ -12,6 +12,7 @@ import math
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from .errors import ConfigError
 from .priorities import PriorityMode, planner
@@ -40,6 +41,32 @@ def check_timeout(timeout: float | None, where: str) -> None:
         raise ConfigError(f"{where}: timeout must be a number of seconds or None")
     if not (timeout > 0 and math.isfinite(timeout)):
         raise ConfigError(f"{where}: timeout must be positive (or None for no limit)")
+
+
+URL_SCHEMES = ("redis", "rediss", "unix")
+
+
+def mask_url(url: str) -> str:
+    """The URL with its password (if any) replaced by ``***``, for logs and errors."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=user + host))
+
+
+def check_redis_url(url: str) -> str:
+    """Raise ConfigError (naming the URL, password masked) unless redis-py can use it."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - parses the port: raises ValueError when it is not a number
+    except ValueError as exc:
+        raise ConfigError(f"invalid Redis URL {mask_url(url)!r}: {exc}") from exc
+    if parts.scheme not in URL_SCHEMES:
+        schemes = ", ".join(f"{scheme}://" for scheme in URL_SCHEMES)
+        raise ConfigError(f"invalid Redis URL {mask_url(url)!r}: it must start with {schemes}")
+    return url
 
 
 def redis_url_from_env() -> str | None:
@@ -72,6 +99,8 @@ class AppSettings:
     due_first: frozenset[str] = frozenset()  # queues whose due delayed jobs jump the queue
 
     def __post_init__(self) -> None:
+        if self.redis_url:
+            check_redis_url(self.redis_url)
         validate_name("queue", self.default_queue)
         for queue in self.due_first:
             validate_name("queue", queue)

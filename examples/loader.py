@@ -122,7 +122,7 @@ def main() -> None:
         if app.redis_url is None:
             server = stack.enter_context(EmbeddedServer())
             app.set_redis_url(server.url)
-            print(f"AIOQUEUE_REDIS_URL is not set: started a private redis-server at {server.url}")
+            print(f"AIOQUEUE_REDIS_URL is not set: started a private {server.name} at {server.url}")
         demo = asyncio.run(run_demo())
     first, second = demo.loaded_twice_at_once
     print(f"two loads racing: {first} + {second} new job(s) for {len(demo.reminders)} rows")

@@ -95,7 +95,7 @@ def main() -> None:
         if app.redis_url is None:
             server = stack.enter_context(EmbeddedServer())
             app.set_redis_url(server.url)
-            print(f"AIOQUEUE_REDIS_URL is not set: started a private redis-server at {server.url}")
+            print(f"AIOQUEUE_REDIS_URL is not set: started a private {server.name} at {server.url}")
         demo = asyncio.run(run_demo())
     print(f"sent {len(demo.message_ids)} emails:")
     for to, message_id in demo.message_ids.items():

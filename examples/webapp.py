@@ -126,7 +126,7 @@ def main() -> None:
         if queue.redis_url is None:
             server = stack.enter_context(EmbeddedServer())
             queue.set_redis_url(server.url)
-            print(f"AIOQUEUE_REDIS_URL is not set: started a private redis-server at {server.url}")
+            print(f"AIOQUEUE_REDIS_URL is not set: started a private {server.name} at {server.url}")
         jobs = asyncio.run(sign_up_all(emails))
     for job in jobs:
         print(f"{job['id']}  {job['status']:<8}  {job.get('result') or job.get('error')}")

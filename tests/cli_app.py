@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import aioqueue
@@ -14,6 +15,12 @@ async def shout(word: str) -> str:
     if word == "boom":
         raise ValueError("cannot shout boom")
     return word.upper()
+
+
+@app.task(timeout=None)
+async def nap(seconds: float) -> str:
+    await asyncio.sleep(seconds)
+    return "rested"
 
 
 not_an_app = object()

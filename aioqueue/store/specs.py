@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, cast
 
+from ..errors import describe
 from ..periodic import Periodic
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ async def load(redis: Redis, keys: QueueKeys) -> list[Periodic]:
         try:
             specs.append(Periodic.decode(body))
         except (ValueError, TypeError) as exc:
-            logger.error("periodic spec %r of %s is unusable: %s", name, keys.name, exc)
+            logger.error("periodic spec %s of %s is unusable: %s", name, keys.name, describe(exc))
     return specs
 
 

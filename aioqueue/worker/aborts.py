@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
+from ..errors import describe
 from .loops import RETRY_PAUSE, Component, wait_event
 
 if TYPE_CHECKING:
@@ -63,14 +64,14 @@ class AbortListener(Component):
         try:
             await self._redis.publish(self._wake_channel, b"stop")
         except RedisError as exc:  # it then returns at its poll timeout
-            logger.warning("could not wake the abort listener: %r", exc)
+            logger.warning("could not wake the abort listener: %s", describe(exc))
 
     async def _run(self) -> None:
         while not self.stopping.is_set():
             try:
                 await self._listen()
             except (RedisError, ChannelSilent) as exc:  # lease renewal covers the gap
-                logger.warning("abort channel lost (%s); subscribing again", exc or repr(exc))
+                logger.warning("abort channel lost (%s); subscribing again", describe(exc))
                 await wait_event(self.stopping, RETRY_PAUSE)
 
     async def _listen(self) -> None:

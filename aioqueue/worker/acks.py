@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
-from ..errors import LeaseLost
+from ..errors import LeaseLost, describe
 from ..store import scripts
 from .loops import RETRY_PAUSE, Component
 
@@ -111,7 +111,9 @@ class AckBatcher(Component):
                 kept_ms=self._kept_ms, keep_payload=self._keep_payload,
             )  # fmt: skip
         except RedisError as exc:  # keep them: the guarantee needs every ack to land
-            logger.warning("acking %d job(s) of %s failed: %r", len(batch), self.keys.name, exc)
+            logger.warning(
+                "acking %d job(s) of %s failed: %s", len(batch), self.keys.name, describe(exc)
+            )
             self._pending[:0] = batch
             return False
         finally:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
+from ..errors import describe
 from ..priorities import planner
 from ..store import reads, scripts
 from .loops import RETRY_PAUSE, Component, ring, wait_event, wait_first
@@ -185,7 +186,7 @@ class QueueConsumer(Component):
                 span_ms=self._span_ms, forget=forget,
             )  # fmt: skip
         except Exception as exc:  # RedisError, or a reply it could not parse
-            logger.warning("taking jobs from %s failed: %r", self.keys.name, exc)
+            logger.warning("taking jobs from %s failed: %s", self.keys.name, describe(exc))
             self._forget += forget  # the next take forgets them (or they expire)
             self._failed = True
             self._takes_out -= 1
@@ -212,7 +213,7 @@ class QueueConsumer(Component):
                 [self.keys.notify, self._wake_key], timeout=self.settings.idle_wait
             )
         except RedisError as exc:
-            logger.warning("waiting for jobs on %s failed: %r", self.keys.name, exc)
+            logger.warning("waiting for jobs on %s failed: %s", self.keys.name, describe(exc))
             await wait_event(self.stopping, RETRY_PAUSE)
             return False
         return popped is not None and popped[0] == self.keys.notify.encode()
@@ -286,4 +287,4 @@ class StrictOrder:
 
 def _log_take_crash(take: asyncio.Task[TakeResult | None]) -> None:
     if not take.cancelled() and (exc := take.exception()) is not None:
-        logger.error("a take task crashed: %r", exc, exc_info=exc)
+        logger.error("a take task crashed: %s", describe(exc), exc_info=exc)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from redis.exceptions import RedisError
 
+from ..errors import describe
 from ..store import heartbeats
 from ..store.heartbeats import mixed_task_sets, mixed_windows
 from ..store.server import warn_if_evicting
@@ -83,7 +84,9 @@ class Heartbeat(Component):
                     logger.warning("queue %s: %s", keys.name, mixed)
                 self._mixed[keys.name] = mixed
         except RedisError as exc:
-            logger.warning("worker %s: looking at the server failed: %r", self._worker_id, exc)
+            logger.warning(
+                "worker %s: looking at the server failed: %s", self._worker_id, describe(exc)
+            )
 
     async def beat(self) -> None:
         info = orjson.dumps({**self._static, "running": len(self._running), "beat_at": time.time()})
@@ -91,11 +94,13 @@ class Heartbeat(Component):
             for keys in self._queues:
                 await heartbeats.beat(self._redis, keys, self._worker_id, info, ttl_ms=BEAT_TTL_MS)
         except RedisError as exc:
-            logger.warning("worker %s: heartbeat failed: %r", self._worker_id, exc)
+            logger.warning("worker %s: heartbeat failed: %s", self._worker_id, describe(exc))
 
     async def clear(self) -> None:
         try:
             for keys in self._queues:
                 await heartbeats.clear(self._redis, keys, self._worker_id)
         except RedisError as exc:
-            logger.warning("worker %s: clearing its heartbeat failed: %r", self._worker_id, exc)
+            logger.warning(
+                "worker %s: clearing its heartbeat failed: %s", self._worker_id, describe(exc)
+            )

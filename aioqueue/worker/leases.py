@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
+from ..errors import describe
 from ..store import scripts
 from .loops import Component, wait_event
 
@@ -68,7 +69,9 @@ class LeaseKeeper(Component):
                         queue.redis, queue.keys, batch, lease_ms=self._lease_ms
                     )
                 except RedisError as exc:
-                    logger.warning("renewing leases on %s failed: %r", queue.keys.name, exc)
+                    logger.warning(
+                        "renewing leases on %s failed: %s", queue.keys.name, describe(exc)
+                    )
                     continue
                 for job_id in extended.aborted:
                     self._on_abort(queue.keys.name, job_id)
@@ -93,7 +96,7 @@ class LeaseKeeper(Component):
                     result_ttl_ms=self._result_ttl_ms,
                 )  # fmt: skip
             except RedisError as exc:
-                logger.warning("reclaiming leases on %s failed: %r", queue.keys.name, exc)
+                logger.warning("reclaiming leases on %s failed: %s", queue.keys.name, describe(exc))
                 continue
             if result.requeued or result.buried:
                 logger.warning(

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
+from ..errors import describe
+
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Sequence
 
@@ -45,7 +47,7 @@ async def ring(redis: Redis, wake_key: str, what: str) -> None:
             pipe.pexpire(wake_key, WAKE_TOKEN_TTL_MS)
             await pipe.execute()
     except RedisError as exc:
-        logger.warning("could not wake %s: %r", what, exc)
+        logger.warning("could not wake %s: %s", what, describe(exc))
 
 
 async def wait_first(*events: asyncio.Event) -> None:
@@ -100,4 +102,4 @@ async def stop_all(components: Sequence[Component]) -> None:
 def _log_crash(task: asyncio.Task[None]) -> None:
     with contextlib.suppress(asyncio.CancelledError):
         if (exc := task.exception()) is not None:
-            logger.error("worker loop crashed: %r", exc, exc_info=exc)
+            logger.error("worker loop crashed: %s", describe(exc), exc_info=exc)

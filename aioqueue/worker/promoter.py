@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
+from ..errors import describe
 from ..store import scripts
 from .loops import RETRY_PAUSE, Component, ring, wait_event
 
@@ -82,7 +83,9 @@ class Promoter(Component):
             try:
                 result = await self._promote(PROMOTE_LIMIT)
             except RedisError as exc:
-                logger.warning("promoting due jobs of %s failed: %r", self._keys.name, exc)
+                logger.warning(
+                    "promoting due jobs of %s failed: %s", self._keys.name, describe(exc)
+                )
                 await self._sleep(RETRY_PAUSE)
                 continue
             if result.count >= PROMOTE_LIMIT:
@@ -100,7 +103,9 @@ class Promoter(Component):
             try:
                 popped = await self._redis.blpop(watched, timeout=self._idle_wait)
             except RedisError as exc:
-                logger.warning("waiting on the schedule of %s failed: %r", self._keys.name, exc)
+                logger.warning(
+                    "waiting on the schedule of %s failed: %s", self._keys.name, describe(exc)
+                )
                 await wait_event(self.stopping, RETRY_PAUSE)
                 continue
             if popped is not None:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
+from ..errors import describe
 from ..store import scripts
 from .loops import Component, wait_event
 
@@ -56,7 +57,7 @@ class DeadLetterTrimmer(Component):
                     )  # fmt: skip
                     total += trimmed
             except RedisError as exc:
-                logger.warning("trimming the dead set of %s failed: %r", keys.name, exc)
+                logger.warning("trimming the dead set of %s failed: %s", keys.name, describe(exc))
         if total:
             logger.info("dead-letter retention deleted %d job(s)", total)
         return total

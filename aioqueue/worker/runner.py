@@ -14,13 +14,14 @@ import asyncio
 import functools
 import inspect
 import logging
+import time
 import traceback
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 
-from ..errors import PayloadError, Retry, SerializationError, UnknownTask
+from ..errors import PayloadError, Retry, SerializationError, UnknownTask, describe
 from ..middleware import JobContext, Middleware, call_hooks, enter_job, wrap
 from ..store.payload import Payload, encode_error, encode_result
 from ..store.records import Settlement
@@ -75,6 +76,7 @@ async def run_job(job: RunningJob, env: RunEnv) -> Settlement:
     call = _handler_call(task, payload)
     if env.middleware:
         call = wrap(env.middleware, context, call)
+    started = time.perf_counter() if logger.isEnabledFor(logging.DEBUG) else 0.0
     try:
         result = await job.call_handler(call)
         data = encode_result(result)
@@ -86,6 +88,9 @@ async def run_job(job: RunningJob, env: RunEnv) -> Settlement:
         return await _ended(job, bury(taken, "SerializationError", str(exc)), exc)
     except BaseException as exc:
         return await _failed(job, exc)
+    if started:
+        elapsed = time.perf_counter() - started
+        logger.debug("job %s (%s) complete in %.3fs", taken.job_id, task.name, elapsed)
     return await _ended(job, Settlement(taken.id, taken.lease, "complete", data), result)
 
 
@@ -187,13 +192,13 @@ def failed(taken: Taken, task: Task[..., Any], exc: BaseException) -> Settlement
         else:
             delay = task.options.backoff(taken.attempts)
         logger.info(
-            "job %s (%s) attempt %d/%d failed: %r; retry in %.3fs",
-            taken.job_id, task.name, taken.attempts, max_attempts, exc, delay,
+            "job %s (%s) attempt %d/%d failed: %s; retry in %.3fs",
+            taken.job_id, task.name, taken.attempts, max_attempts, describe(exc), delay,
         )  # fmt: skip
         return Settlement(taken.id, taken.lease, "retry", error, max(0, int(delay * 1000)))
     logger.warning(
-        "job %s (%s) failed for good after %d attempt(s): %r",
-        taken.job_id, task.name, taken.attempts, exc,
+        "job %s (%s) failed for good after %d attempt(s): %s",
+        taken.job_id, task.name, taken.attempts, describe(exc),
     )  # fmt: skip
     return Settlement(taken.id, taken.lease, "bury" if task.options.dead_letter else "fail", error)
 

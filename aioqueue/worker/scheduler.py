@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
-from ..errors import EnqueueError
+from ..errors import EnqueueError, describe
 from ..store import scripts, specs
 from ..store.payload import Payload
 from .loops import RETRY_PAUSE, Component, wait_event
@@ -73,7 +73,7 @@ class PeriodicScheduler(Component):
                     synced = True
                 pause = await self._tick()
             except RedisError as exc:
-                logger.warning("periodic jobs of %s: %r", self._keys.name, exc)
+                logger.warning("periodic jobs of %s: %s", self._keys.name, describe(exc))
                 pause = RETRY_PAUSE
             await wait_event(self._wake, pause)
 

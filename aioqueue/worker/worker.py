@@ -24,7 +24,12 @@ import signal
 import socket
 from typing import TYPE_CHECKING, Any
 
-from ..settings import WORKER_DEFAULTS, WorkerSettings
+from redis.exceptions import AuthenticationError, NoPermissionError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ..errors import describe
+from ..settings import WORKER_DEFAULTS, WorkerSettings, mask_url
 from ..store.keys import QueueKeys
 from .aborts import AbortListener
 from .acks import AckBatcher
@@ -33,7 +38,7 @@ from .heartbeat import Heartbeat
 from .inflight import InFlight
 from .leases import LeaseKeeper
 from .looplag import LoopLagMonitor
-from .loops import Component, stop_all
+from .loops import Component, stop_all, wait_event
 from .promoter import Promoter
 from .retention import DeadLetterTrimmer
 from .runner import RunEnv
@@ -51,6 +56,9 @@ if TYPE_CHECKING:
     from ..settings import QueueOrder
 
 logger = logging.getLogger(__name__)
+
+FIRST_CONTACT_PAUSE = 0.5  # seconds before trying an unreachable Redis again, doubling...
+MAX_CONTACT_PAUSE = 10.0  # ...up to this
 
 
 class Worker:
@@ -135,7 +143,10 @@ class Worker:
         if self._started:
             raise RuntimeError("a Worker can be started once")
         self._started = True
-        redis = await self.app.internal_client()
+        redis = await self._reach_redis()
+        if redis is None:  # asked to stop before Redis answered
+            self._stopped = True
+            return
         for hook in self.app.startup_hooks:
             await hook(self.state)
         app = self.app
@@ -152,6 +163,25 @@ class Worker:
             "worker %s serving %s with concurrency %d", self.id,
             ", ".join(self.settings.queues), self.settings.concurrency,
         )  # fmt: skip
+
+    async def _reach_redis(self) -> Redis | None:
+        """The app's client once Redis answers: a worker started while Redis is down (or
+        restarting) waits for it, saying why each time, as it does for a later outage.
+        A refused password or permission is no outage: it raises. None if asked to stop."""
+        pause = FIRST_CONTACT_PAUSE
+        while True:
+            try:
+                return await self.app.internal_client()
+            except (AuthenticationError, NoPermissionError):
+                raise
+            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                logger.warning(
+                    "cannot reach Redis at %s: %s; trying again in %.1fs",
+                    mask_url(self.app.redis_url or ""), describe(exc), pause,
+                )  # fmt: skip
+            if await wait_event(self._stop_requested, pause):
+                return None
+            pause = min(2 * pause, MAX_CONTACT_PAUSE)
 
     def _add_queue(self, redis: Redis, keys: QueueKeys) -> None:
         """The components of one queue: its ack batcher, consumer, promoter and (unless

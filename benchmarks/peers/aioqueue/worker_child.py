@@ -22,9 +22,12 @@ import os
 import resource
 import sys
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.asyncio.connection import AbstractConnection
+
+if TYPE_CHECKING:
+    from aioqueue import Worker
 
 
 def count_client_commands() -> Counter[str]:
@@ -66,7 +69,7 @@ def main() -> int:
     sent = count_client_commands()
     import bench_tasks  # imported now, so the CLI's import of it costs nothing
 
-    from aioqueue import Worker, cli
+    from aioqueue.ops import cli
 
     workers: list[Worker] = []  # the one the CLI makes: its outcomes go in the report
     make_worker = bench_tasks.app.worker

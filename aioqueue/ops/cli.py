@@ -1,0 +1,213 @@
+"""The command line: ``aioqueue <command> module:app [options]``.
+
+This is the only module that configures logging. An error a user can fix (a bad option,
+a module that does not import, a URL that does not parse, a Redis that cannot be reached)
+is one line on stderr and exit code 2; tracebacks are for bugs. Options go anywhere after
+the command (``aioqueue dead show APP -q QUEUE ID`` and ``aioqueue dead show -q QUEUE APP
+ID`` are the same), ``--log-level`` and ``--log-format`` before it or after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import os
+import sys
+from typing import TYPE_CHECKING, NoReturn
+
+from redis.exceptions import AuthenticationError, NoPermissionError, RedisError
+
+from .. import __version__
+from ..app import App
+from ..errors import AioqueueError, ConfigError, describe
+from ..settings import ENV_REDIS_URL, WORKER_DEFAULTS, mask_url
+from . import logs
+from .commands import run_check, run_dead, run_reconcile
+from .serve import run_worker
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine, Sequence
+    from typing import Any
+
+logger = logging.getLogger("aioqueue.cli")
+
+COMMANDS = {
+    "worker": "run a worker process (or -p of them) for the app's queues",
+    "check": "exit 1 unless every queue has a live worker and Redis keeps its keys",
+    "dead": "list, show, requeue or purge dead jobs",
+    "reconcile": "put back jobs whose queue entry vanished (after an eviction)",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argparse parser whose errors are one line (argparse prints its usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} -h)\n")
+
+
+def load_app(target: str) -> App:
+    """Import ``module:attribute`` (the current directory is importable) and return the App."""
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise ConfigError(f"expected module:app, got {target!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        logger.debug("importing %s failed", module_name, exc_info=exc)
+        raise ConfigError(f"cannot import {module_name!r}: {exc}") from exc
+    app = getattr(module, attribute, None)
+    if not isinstance(app, App):
+        raise ConfigError(f"{target} is not an aioqueue.App (got {type(app).__name__})")
+    return app
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top level: global options and the command; the command's own parser takes
+    the rest (see ``command_parser``)."""
+    listing = "\n".join(f"  {name:<10} {text}" for name, text in COMMANDS.items())
+    parser = _Parser(
+        prog="aioqueue",
+        description="An asyncio task queue on Redis.",
+        epilog=f"commands:\n{listing}\n\n'aioqueue COMMAND -h' for a command's options.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"aioqueue {__version__}")
+    _log_options(parser, argparse.SUPPRESS)
+    parser.add_argument("command", choices=COMMANDS, metavar="COMMAND")
+    parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    return parser
+
+
+def _log_options(parser: argparse.ArgumentParser, default: str) -> None:
+    parser.add_argument(
+        "--log-level", type=str.lower, choices=logs.LEVELS, default=default,
+        help="debug, info, warning or error (default: info)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--log-format", choices=["text", "json"], default=default,
+        help="text, or one JSON object per line (default: text)",
+    )  # fmt: skip
+
+
+def command_parser(command: str) -> argparse.ArgumentParser:
+    parser = _Parser(prog=f"aioqueue {command}", description=COMMANDS[command])
+    if command == "dead":  # aioqueue dead ACTION APP [IDS]
+        parser.add_argument("action", choices=["ls", "show", "requeue", "purge"])
+    parser.add_argument("target", help="module:app, e.g. myproject.tasks:app")
+    parser.add_argument("--redis-url", help=f"overrides the App's URL and {ENV_REDIS_URL}")
+    _log_options(parser, argparse.SUPPRESS)
+    {"worker": _worker_options, "check": _queues_option, "dead": _dead_options,
+     "reconcile": _queues_option}[command](parser)  # fmt: skip
+    return parser
+
+
+def _queues_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-q", "--queue", action="append", dest="queues",
+        help="a queue (repeatable; default: every queue of the app)",
+    )  # fmt: skip
+
+
+def _worker_options(parser: argparse.ArgumentParser) -> None:
+    _queues_option(parser)
+    add, defaults = parser.add_argument, WORKER_DEFAULTS
+    add(
+        "-c",
+        "--concurrency",
+        type=int,
+        default=defaults.concurrency,
+        help="jobs at once per process (default: %(default)s)",
+    )
+    add(
+        "-p",
+        "--processes",
+        type=int,
+        default=1,
+        help="worker processes, each with --concurrency slots (default: %(default)s)",
+    )
+    add(
+        "--lease",
+        type=float,
+        default=defaults.lease,
+        help="lease seconds, renewed while a job runs (default: %(default)s)",
+    )
+    add(
+        "--grace",
+        type=float,
+        default=defaults.grace,
+        help="seconds running jobs get at shutdown (default: %(default)s)",
+    )
+    add(
+        "--queue-order",
+        choices=["fair", "strict"],
+        default=defaults.queue_order,
+        help="strict: the order of -q is the queues' priority (default: %(default)s)",
+    )
+    add("--burst", action="store_true", help="exit once nothing is ready, running or due")
+    add(
+        "--no-wait-retries",
+        dest="wait_retries",
+        action="store_false",
+        help="with --burst: exit without waiting for the delayed retries of jobs it ran",
+    )
+    add("--uvloop", action="store_true", help="run on uvloop (pip install aioqueue[uvloop])")
+
+
+def _dead_options(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("ids", nargs="*", help="job ids (show: one; requeue, purge: none = the oldest)")
+    add("-q", "--queue", help="the queue (default: the app's default queue)")
+    add("--limit", type=int, default=100, help="at most this many, oldest first (default: 100)")
+    add("--task", help="ls, requeue, purge: only dead jobs of this task")
+    add("--error-type", help="ls, requeue, purge: only those that died of this error type")
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    args = build_parser().parse_args(argv)
+    command_parser(args.command).parse_intermixed_args(args.rest, namespace=args)
+    args.log_level = getattr(args, "log_level", "info")
+    args.log_format = getattr(args, "log_format", "text")
+    return args
+
+
+ONE_SHOT: dict[str, Callable[[App, argparse.Namespace], Coroutine[Any, Any, int]]] = {
+    "check": run_check,
+    "dead": run_dead,
+    "reconcile": run_reconcile,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    logs.configure(args.log_level, args.log_format)
+    app: App | None = None
+    try:
+        app = load_app(args.target)
+        if args.redis_url:
+            app.set_redis_url(args.redis_url)
+        if args.command == "worker":
+            return run_worker(app, args)
+        return asyncio.run(_one_shot(app, args))
+    except AioqueueError as exc:
+        logger.error("%s", exc)
+    except (AuthenticationError, NoPermissionError) as exc:
+        logger.error("Redis at %s refused: %s", _url(app), describe(exc))
+    except (RedisError, OSError) as exc:
+        logger.error("cannot reach Redis at %s: %s", _url(app), describe(exc))
+    return 2
+
+
+def _url(app: App | None) -> str:
+    return mask_url(app.redis_url or "") if app is not None else "?"
+
+
+async def _one_shot(app: App, args: argparse.Namespace) -> int:
+    try:
+        return await ONE_SHOT[args.command](app, args)
+    finally:
+        await app.close()

@@ -1,0 +1,125 @@
+"""The one-shot commands: ``check``, ``reconcile`` and ``dead ls|show|requeue|purge``.
+
+Each needs a configured Redis URL (they never start an embedded server: there would be
+nothing in it), prints its result on stdout, and returns the exit code.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigError
+from ..settings import ENV_REDIS_URL
+from ..store.heartbeats import mixed_task_sets, mixed_windows
+from ..store.server import eviction
+
+if TYPE_CHECKING:
+    import argparse
+
+    from ..app import App
+    from ..queue import Queue
+    from ..store.records import JobInfo
+
+
+def _say(line: str) -> None:
+    print(line)  # noqa: T201 - the commands' output
+
+
+def need_url(app: App, command: str) -> None:
+    if not app.redis_url:
+        raise ConfigError(f"{command} needs a Redis URL (--redis-url or {ENV_REDIS_URL})")
+
+
+async def run_check(app: App, args: argparse.Namespace) -> int:
+    """Print the live workers per queue, and what is wrong: 1 if a queue has no live
+    worker or the server may evict queue keys, else 0. Workers of one queue that serve
+    different task sets are a warning (a deploy in progress looks the same)."""
+    need_url(app, "check")
+    healthy = True
+    for name in args.queues or app.queue_names():
+        workers = await app.queue(name).workers()
+        healthy = healthy and bool(workers)
+        running = sum(int(worker.get("running", 0)) for worker in workers)
+        _say(f"{name}: {len(workers)} live worker(s), {running} job(s) running")
+        for mixed in (mixed_task_sets(workers), mixed_windows(workers)):
+            if mixed is not None:
+                _say(f"WARNING {name}: {mixed}")
+    evicting = await eviction(await app.client())
+    if (problem := evicting.problem()) is not None:
+        _say(f"PROBLEM: {problem}")
+        healthy = healthy and not evicting.unsafe
+    return 0 if healthy else 1
+
+
+async def run_reconcile(app: App, args: argparse.Namespace) -> int:
+    """Repair each queue's jobs whose entry vanished; print how many per queue."""
+    need_url(app, "reconcile")
+    for name in args.queues or app.queue_names():
+        repaired = await app.queue(name).reconcile()
+        _say(f"{name}: {repaired} job(s) put back")
+    return 0
+
+
+async def run_dead(app: App, args: argparse.Namespace) -> int:
+    need_url(app, "dead")
+    queue = app.queue(args.queue)
+    if args.action == "ls":
+        for info in await queue.dead_jobs(limit=args.limit):
+            error_type = info.error.type if info.error else None
+            if args.task in (None, info.task) and args.error_type in (None, error_type):
+                _say(summary(info))
+    elif args.action == "show":
+        await _show(queue, args.ids)
+    elif args.action == "requeue":
+        count = await queue.requeue_dead(
+            args.ids, task=args.task, error_type=args.error_type, limit=args.limit
+        )
+        _say(f"requeued {count} job(s)")
+    else:
+        count = await queue.purge_dead(
+            args.ids, task=args.task, error_type=args.error_type, limit=args.limit
+        )
+        _say(f"purged {count} job(s)")
+    return 0
+
+
+async def _show(queue: Queue, ids: list[str]) -> None:
+    if len(ids) != 1:
+        raise ConfigError("show takes exactly one job id")
+    found = await queue.info(ids[0])
+    if found is None:
+        raise ConfigError(f"no job {ids[0]!r} in queue {queue.name!r}")
+    _say(details(found))
+
+
+def summary(info: JobInfo) -> str:
+    error = f"{info.error.type}: {info.error.message}" if info.error else ""
+    return f"{info.id}\t{info.task or '?'}\tattempts={info.attempts}\t{error}"
+
+
+def details(info: JobInfo) -> str:
+    lines = [
+        f"id:        {info.id}",
+        f"queue:     {info.queue}",
+        f"status:    {info.status}",
+        f"task:      {info.task}",
+        f"args:      {list(info.args)!r}",
+        f"kwargs:    {dict(info.kwargs)!r}",
+        f"attempts:  {info.attempts}",
+        f"enqueued:  {iso(info.enqueued_at_ms)}",
+        f"started:   {iso(info.started_at_ms)}",
+        f"finished:  {iso(info.finished_at_ms)}",
+    ]
+    if info.error:
+        lines += [f"error:     {info.error.type}: {info.error.message}", info.error.traceback]
+    if info.raw is not None:
+        lines.append(f"raw bytes: {info.raw!r}")
+    return "\n".join(lines)
+
+
+def iso(ms: int | None) -> str:
+    """Epoch milliseconds as ISO 8601 in UTC (or "-")."""
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")

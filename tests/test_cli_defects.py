@@ -21,6 +21,7 @@ import redis.exceptions
 import aioqueue
 from aioqueue.errors import describe
 from aioqueue.store.embedded import DIR_PREFIX, OWNER_FILE, EmbeddedServer, remove_stale_dirs
+from aioqueue.worker import acks
 from tests.helpers import wait_until
 from tests.test_cli import TARGET, run_cli
 
@@ -362,3 +363,55 @@ async def test_tls_to_a_plain_server_is_a_tls_error(redis_url: str, prefix: str)
             await app.queue().enqueue("shout", "x")
     finally:
         await app.close()
+
+
+async def test_giving_up_acks_names_the_jobs_and_they_run_again(
+    prefix: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Defect 2: a worker stopping while Redis is away gives up its acks after a while.
+    It says which jobs and what becomes of them, and that is what happens: they stay
+    active in Redis and run again once their leases expire."""
+    monkeypatch.setattr(acks, "GIVE_UP_AFTER", 0.5)
+    with EmbeddedServer(appendonly=True) as server:
+        app = aioqueue.App(
+            redis_url=server.url, prefix=prefix, socket_timeout=0.5, connect_timeout=0.5
+        )
+        release, runs = asyncio.Event(), []
+
+        @app.task
+        async def hold(n: int) -> int:
+            runs.append(n)
+            await release.wait()
+            return n
+
+        jobs = [await hold.enqueue(n) for n in range(3)]
+        worker = app.worker(lease=2, grace=5)
+        running = asyncio.create_task(worker.run())
+        await wait_until(lambda: _now(len(runs) == 3), timeout=10)
+        await asyncio.to_thread(server.kill)
+        release.set()  # they finish, but their acks cannot land
+        worker.request_stop()
+        with caplog.at_level("ERROR", logger="aioqueue"):
+            await asyncio.wait_for(running, timeout=60)
+        gave_up = [r.getMessage() for r in caplog.records if "giving up acking" in r.message]
+        assert len(gave_up) == 1, caplog.text
+        assert "giving up acking 3 job(s)" in gave_up[0]
+        assert all(job.id in gave_up[0] for job in jobs)
+        assert "run again" in gave_up[0]
+
+        await asyncio.to_thread(server.start)
+        runs.clear()
+        assert {await job.status() for job in jobs} == {aioqueue.JobStatus.ACTIVE}
+        again = app.worker(lease=2, reclaim_interval=0.2)
+        running = asyncio.create_task(again.run())
+        try:
+            results = [await job.result(timeout=30) for job in jobs]
+        finally:
+            again.request_stop()
+            await asyncio.wait_for(running, timeout=30)
+        assert results == [0, 1, 2] and sorted(runs) == [0, 1, 2]
+        await app.close()
+
+
+async def _now(value: bool) -> bool:
+    return value

@@ -134,9 +134,13 @@ class AckBatcher(Component):
         """After a failed ack: pause before the next try; True when stopping has waited
         long enough for Redis to come back."""
         if self.stopping.is_set() and asyncio.get_running_loop().time() > self._give_up_at:
+            ids = [s.id.decode("utf-8", "backslashreplace") for s in self._pending]
             logger.error(
-                "giving up acking %d job(s) of %s; they return when their leases expire",
-                len(self._pending), self.keys.name,
+                "giving up acking %d job(s) of %s after %.0fs without Redis: %s%s. They "
+                "stay active in Redis and go back to the queue when their leases expire, "
+                "so they run again (a finished one twice)",
+                len(ids), self.keys.name, GIVE_UP_AFTER, ", ".join(ids[:5]),
+                " and more" if len(ids) > 5 else "",
             )  # fmt: skip
             return True
         await asyncio.sleep(RETRY_PAUSE)

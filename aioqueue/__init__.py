@@ -38,9 +38,17 @@ from .errors import (
 )
 from .job import Job
 from .middleware import JobContext, current_job
+from .observers import JobEvent, Observer
 from .periodic import Periodic
 from .queue import EnqueueCall, Queue
-from .store.records import ErrorInfo, JobInfo, JobStatus, QueueCounts, ScheduledJob
+from .store.records import (
+    ErrorInfo,
+    JobInfo,
+    JobStatus,
+    MinuteCounts,
+    QueueCounts,
+    ScheduledJob,
+)
 from .task import Task, TaskOptions
 from .worker import Worker
 
@@ -63,6 +71,7 @@ __all__ = [
     "JobCancelled",
     "JobContext",
     "JobError",
+    "JobEvent",
     "JobFailed",
     "JobInfo",
     "JobNotFound",
@@ -70,6 +79,8 @@ __all__ = [
     "JobStatus",
     "LeaseExpired",
     "LeaseLost",
+    "MinuteCounts",
+    "Observer",
     "PayloadTooLarge",
     "Periodic",
     "PermissionDenied",

@@ -22,6 +22,7 @@ from .settings import (
 from .store.connection import Clients, make_clients
 from .store.scripts import load_all
 from .store.server import warn_if_evicting
+from .store.settled import SettledListener
 from .task import TASK_DEFAULTS, UNLIMITED, Task, TaskOptions
 from .worker import Worker
 
@@ -32,9 +33,11 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
 
     from .middleware import LifecycleHook, Middleware
+    from .observers import Observer
 
 P = ParamSpec("P")
 R = TypeVar("R")
+ObserverT = TypeVar("ObserverT", bound="Observer")
 
 
 class App:
@@ -61,6 +64,7 @@ class App:
         connect_timeout: float = APP_DEFAULTS.connect_timeout,
         max_connections: int = APP_DEFAULTS.max_connections,
         due_first: Iterable[str] = APP_DEFAULTS.due_first,
+        history: float = APP_DEFAULTS.history,
     ) -> None:
         self.settings = AppSettings(
             redis_url=redis_url,
@@ -77,16 +81,19 @@ class App:
             connect_timeout=connect_timeout,
             max_connections=max_connections,
             due_first=frozenset([due_first] if isinstance(due_first, str) else due_first),
+            history=history,
         )
         self._tasks: dict[str, Task[..., Any]] = {}
         self._periodic: dict[str, Periodic] = {}
         self.middleware_stack: list[Middleware] = []
+        self.observers: tuple[Observer, ...] = ()
         self.startup_hooks: list[LifecycleHook] = []
         self.shutdown_hooks: list[LifecycleHook] = []
         self._queues: dict[str, Queue] = {}
         self._clients: Clients | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
         self._url_override: str | None = None
+        self._settled: SettledListener | None = None
 
     # -- tasks -------------------------------------------------------------------------
 
@@ -165,6 +172,12 @@ class App:
         (the first registered is outermost). Return ``await call_next()`` (or change it)."""
         self.middleware_stack.append(layer)
         return layer
+
+    def add_observer(self, observer: ObserverT) -> ObserverT:
+        """Register an observer (metrics, tracing): it sees every enqueue of this app
+        and every job its workers run (see ``aioqueue.Observer``)."""
+        self.observers = (*self.observers, observer)
+        return observer
 
     def on_startup(self, hook: LifecycleHook) -> LifecycleHook:
         """Decorator: ``async def hook(state)`` runs when a worker starts, before any job;
@@ -332,8 +345,18 @@ class App:
             self._clients, self._client_loop = clients, loop
         return self._clients
 
+    def settled_listener(self) -> SettledListener:
+        """What ``Job.result()`` waits on: one subscription per App and event loop."""
+        loop = asyncio.get_running_loop()
+        if self._settled is None or self._settled.loop is not loop:
+            self._settled = SettledListener(self.internal_client, f"{self.settings.prefix}:wake")
+        return self._settled
+
     async def close(self) -> None:
         """Close the Redis clients (and their connections)."""
+        settled, self._settled = self._settled, None
+        if settled is not None and settled.loop is asyncio.get_running_loop():
+            await settled.close()
         clients, self._clients, self._client_loop = self._clients, None, None
         if clients is not None:
             await clients.aclose()

@@ -102,6 +102,7 @@ def prepare(
     *,
     find_task: Callable[[str], Task[..., Any] | None],
     max_payload_bytes: int,
+    headers: Mapping[str, str] | None = None,
 ) -> NewJob:
     """Check and encode one job; raise (writing nothing) on bad input. A task given by
     name is checked too when this app knows it."""
@@ -115,7 +116,7 @@ def prepare(
             known.check_arguments(args, kwargs)
         except TypeError as exc:
             raise InvalidArguments(f"task {name!r} cannot take these arguments: {exc}") from exc
-    payload = encode_payload(name, args, kwargs, options.timeout, max_payload_bytes)
+    payload = encode_payload(name, args, kwargs, options.timeout, max_payload_bytes, headers)
     fresh = options.id is None
     job_id = new_job_id() if options.id is None else options.id
     if options is NO_OPTIONS:  # most enqueues: the task's defaults, nothing to resolve

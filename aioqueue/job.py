@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from .errors import JobCancelled, JobFailed, JobNotFound, ResultTimeout
 from .store.records import ErrorInfo, JobInfo, JobStatus
 
 if TYPE_CHECKING:
+    from contextlib import AbstractAsyncContextManager
     from datetime import datetime, timedelta
 
 R_co = TypeVar("R_co", covariant=True)
@@ -24,6 +26,10 @@ class JobSource(Protocol):
     async def status(self, job_id: str) -> JobStatus | None: ...
 
     async def cancel(self, job_id: str) -> bool: ...
+
+    async def progress(self, job_id: str) -> Any: ...
+
+    def settled(self, job_id: str) -> AbstractAsyncContextManager[asyncio.Event]: ...
 
     async def reschedule(
         self, job_id: str, *, delay: float | timedelta | None = None, at: datetime | None = None
@@ -71,22 +77,34 @@ class Job(Generic[R_co]):
         """Move the job to a new time if it is scheduled; False if it is not."""
         return await self._source.reschedule(self.id, delay=delay, at=at)
 
-    async def result(self, timeout: float | None = None, *, poll_interval: float = 0.05) -> R_co:
+    async def progress(self) -> Any:
+        """What the job last reported with ``current_job().set_progress()`` (or None)."""
+        return await self._source.progress(self.id)
+
+    async def result(self, timeout: float | None = None, *, poll_interval: float = 5.0) -> R_co:
         """Wait for the job to finish and return its result, or raise its error.
+
+        Returns as soon as the job settles: the worker's ack announces it (pub/sub), so
+        a waiter reads the job twice (status, then the record), however long it waits.
+        ``poll_interval`` is a safety net: how often to look anyway, in case an
+        announcement was lost with a connection.
 
         Raises JobFailed (failed or dead), JobCancelled, JobNotFound, or ResultTimeout.
         """
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        delay = 0.002  # start fast: a no-op job finishes within a round trip or two
-        while True:
-            if (await self.status()).finished:  # one small field per poll, not the record
-                return self._outcome(await self.info())  # type: ignore[no-any-return]
-            if deadline is not None and loop.time() >= deadline:
-                raise ResultTimeout(self.id, timeout or 0.0)
-            pause = delay if deadline is None else min(delay, max(0.0, deadline - loop.time()))
-            await asyncio.sleep(pause)
-            delay = min(delay * 2, poll_interval)
+        async with self._source.settled(self.id) as settled:
+            while True:
+                settled.clear()  # set from here on: look again
+                if (await self.status()).finished:
+                    return self._outcome(await self.info())  # type: ignore[no-any-return]
+                pause = poll_interval
+                if deadline is not None:
+                    pause = min(pause, deadline - loop.time())
+                    if pause <= 0:
+                        raise ResultTimeout(self.id, timeout or 0.0)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(settled.wait(), pause)
 
     def _outcome(self, info: JobInfo) -> Any:
         if info.status is JobStatus.COMPLETE:

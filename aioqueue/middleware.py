@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
+
+ProgressReporter = Callable[[Any], Awaitable[bool]]
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +35,17 @@ class JobContext:
     attempt: int  # 1 on the first run
     max_attempts: int  # -1: unlimited (retries="forever")
     state: dict[str, Any]  # the worker's shared state, filled by startup hooks
+    headers: Mapping[str, str] = field(default_factory=dict)  # set at enqueue by observers
+    _report: ProgressReporter | None = field(default=None, repr=False, compare=False)
+
+    async def set_progress(self, value: Any) -> bool:
+        """Record how far the job has got: any JSON value (a fraction, a dict of counts),
+        readable as ``await job.progress()`` and in the dashboard. One round trip; the
+        last value wins. False if the job is no longer this worker's (its lease was
+        lost); raises SerializationError if JSON cannot hold ``value``."""
+        if self._report is None:
+            raise LookupError("this job context cannot report progress")
+        return await self._report(value)
 
 
 CallNext = Callable[[], Awaitable[Any]]

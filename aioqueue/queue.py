@@ -7,8 +7,21 @@ typed read (``store.reads``, ``store.heartbeats``, ``store.specs``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
+import contextlib
+import functools
+import logging
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    ParamSpec,
+    Protocol,
+    TypeVar,
+    overload,
+)
 
+import orjson
 from redis.exceptions import RedisError
 
 from . import enqueue
@@ -21,15 +34,29 @@ from .store.connection import failure
 from .store.keys import QueueKeys
 
 if TYPE_CHECKING:
-    from collections.abc import Generator, Iterable, Mapping, Sequence
+    import asyncio
+    from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping, Sequence
+    from contextlib import AbstractAsyncContextManager
     from datetime import datetime, timedelta
 
     from redis.asyncio import Redis
 
+    from .observers import Observer
     from .periodic import Periodic
     from .settings import AppSettings
-    from .store.records import JobInfo, JobStatus, NewJob, QueueCounts, ScheduledJob
+    from .store.reads import ListedState
+    from .store.records import (
+        JobInfo,
+        JobStatus,
+        MinuteCounts,
+        NewJob,
+        QueueCounts,
+        ScheduledJob,
+    )
+    from .store.settled import SettledListener
     from .task import Task
+
+logger = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -48,7 +75,28 @@ class QueueHost(Protocol):
 
     async def internal_client(self) -> Redis: ...
 
+    def settled_listener(self) -> SettledListener: ...
+
+    @property
+    def observers(self) -> tuple[Observer, ...]: ...
+
     def find_task(self, name: str) -> Task[..., Any] | None: ...
+
+
+def _clear_errors(
+    method: Callable[Concatenate[Queue, P], Coroutine[Any, Any, R]],
+) -> Callable[Concatenate[Queue, P], Coroutine[Any, Any, R]]:
+    """A Redis failure of a queue's read or admin call raised as an aioqueue error that
+    names the server and the cause (ServerUnavailable, AuthenticationFailed, ...)."""
+
+    @functools.wraps(method)
+    async def call(self: Queue, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await method(self, *args, **kwargs)
+        except RedisError as exc:
+            raise failure(exc, self._host.redis_url or "") or exc from exc
+
+    return call
 
 
 class EnqueueCall(Generic[R]):
@@ -89,12 +137,13 @@ class EnqueueCall(Generic[R]):
         )
         return EnqueueCall(self._queue, self._task, self._args, self._kwargs, options)
 
-    def _prepare_for(self, queue: Queue) -> NewJob:
+    def _prepare_for(self, queue: Queue, stack: contextlib.ExitStack | None) -> NewJob:
         if self._queue is not queue:
             raise ConfigError(
                 f"enqueue_many on queue {queue.name!r} got a job for {self._queue.name!r}"
             )
-        return queue._prepare(self._task, self._args, self._kwargs, self._options)
+        headers = None if stack is None else queue._observe(stack, self._task)
+        return queue._prepare(self._task, self._args, self._kwargs, self._options, headers)
 
     def __await__(self) -> Generator[Any, None, Job[R]]:
         return self._queue._submit(self._task, self._args, self._kwargs, self._options).__await__()
@@ -133,11 +182,13 @@ class Queue:
         Every call is validated and encoded first (an error writes nothing); then all go
         to Redis in one round trip, in script calls of up to 1,000 jobs, in order.
         """
-        new = [call._prepare_for(self) for call in calls]
-        try:
-            results = await self._batcher.submit_many(new)
-        except RedisError as exc:
-            raise self._failure(exc, [job.id for job in new]) from exc
+        with contextlib.ExitStack() as stack:
+            observed = stack if self._host.observers else None
+            new = [call._prepare_for(self, observed) for call in calls]
+            try:
+                results = await self._batcher.submit_many(new)
+            except RedisError as exc:
+                raise self._failure(exc, [job.id for job in new]) from exc
         return [Job(self, job.id, created=r.created) for job, r in zip(new, results, strict=True)]
 
     def job(self, job_id: str) -> Job[Any]:
@@ -151,12 +202,32 @@ class Queue:
         kwargs: Mapping[str, Any],
         options: JobOptions,
     ) -> Job[R]:
-        new = self._prepare(task, args, kwargs, options)
+        if self._host.observers:
+            with contextlib.ExitStack() as stack:
+                headers = self._observe(stack, task)
+                return await self._write(self._prepare(task, args, kwargs, options, headers))
+        return await self._write(self._prepare(task, args, kwargs, options))
+
+    async def _write(self, new: NewJob) -> Job[Any]:
         try:
             result = await self._batcher.submit(new)
         except RedisError as exc:
             raise self._failure(exc, [new.id]) from exc
         return Job(self, new.id, created=result.created)
+
+    def _observe(self, stack: contextlib.ExitStack, task: Task[..., Any] | str) -> dict[str, str]:
+        """Tell the observers of an enqueue; the headers they add go with the job, and
+        the contexts they return stay open until the write is done."""
+        headers: dict[str, str] = {}
+        name = task if isinstance(task, str) else task.name
+        for observer in self._host.observers:
+            try:
+                context = observer.enqueuing(self.name, name, headers)
+                if context is not None:
+                    stack.enter_context(context)
+            except Exception:
+                logger.exception("observer %r failed in enqueuing", observer)
+        return headers
 
     def _failure(self, exc: RedisError, job_ids: list[str]) -> Exception:
         """What an enqueue that Redis failed raises: an aioqueue error saying why and
@@ -169,24 +240,39 @@ class Queue:
         args: Sequence[Any],
         kwargs: Mapping[str, Any],
         options: JobOptions,
+        headers: Mapping[str, str] | None = None,
     ) -> NewJob:
         return enqueue.prepare(
             task, args, kwargs, options,
             find_task=self._host.find_task, max_payload_bytes=self._host.settings.max_payload_bytes,
+            headers=headers,
         )  # fmt: skip
 
     # -- one job -----------------------------------------------------------------------
 
+    @_clear_errors
     async def info(self, job_id: str) -> JobInfo | None:
         """The job's record, or None if there is none (never enqueued, or expired)."""
         redis, span_ms = await self._host.client(), self._host.settings.idempotency_ttl_ms
         return await reads.job_info(redis, self.keys, job_id, span_ms=span_ms)
 
+    @_clear_errors
     async def status(self, job_id: str) -> JobStatus | None:
         """The job's status, or None if there is no record (one small read)."""
         redis, span_ms = await self._host.client(), self._host.settings.idempotency_ttl_ms
         return await reads.job_status(redis, self.keys, job_id, span_ms=span_ms)
 
+    @_clear_errors
+    async def progress(self, job_id: str) -> Any:
+        """What the job last reported with ``current_job().set_progress()`` (or None)."""
+        raw = await reads.progress(await self._host.client(), self.keys, job_id)
+        return None if raw is None else orjson.loads(raw)
+
+    def settled(self, job_id: str) -> AbstractAsyncContextManager[asyncio.Event]:
+        """An event set whenever the job may have finished (see ``Job.result``)."""
+        return self._host.settled_listener().waiting(self.keys.settled_channel, job_id)
+
+    @_clear_errors
     async def cancel(self, job_id: str) -> bool:
         """Cancel a job: a queued or scheduled one never runs; a running one is aborted
         (its asyncio task is cancelled on whichever worker runs it, and it ends as
@@ -200,6 +286,7 @@ class Queue:
         )
         return outcome in ("cancelled", "aborting")
 
+    @_clear_errors
     async def reschedule(
         self, job_id: str, *, delay: float | timedelta | None = None, at: datetime | None = None
     ) -> bool:
@@ -213,20 +300,44 @@ class Queue:
 
     # -- the queue as a whole -----------------------------------------------------------
 
+    @_clear_errors
     async def scheduled(self, *, limit: int = 100, offset: int = 0) -> list[ScheduledJob]:
         """Scheduled jobs in due order (O(log n + limit), no scan of the schedule)."""
         redis = await self._host.client()
         return await reads.scheduled(redis, self.keys, limit=limit, offset=offset)
 
+    @_clear_errors
+    async def jobs(
+        self, state: ListedState = "ready", *, limit: int = 100, offset: int = 0
+    ) -> list[JobInfo]:
+        """A page of the jobs that are ``ready`` (in the order they will run: highest
+        priority first), ``scheduled`` (by due time), ``active`` (by lease deadline) or
+        ``dead`` (oldest first), with their records. A few round trips, no scan."""
+        if limit < 0 or offset < 0:
+            raise ConfigError("limit and offset must not be negative")
+        redis = await self._host.client()
+        return await reads.jobs(redis, self.keys, state, limit=limit, offset=offset)
+
+    @_clear_errors
+    async def history(self, *, minutes: int = 60) -> list[MinuteCounts]:
+        """How many attempts ended in each outcome, per minute, for the last ``minutes``
+        (kept for ``App(history=...)`` seconds, a day by default), oldest first."""
+        if minutes < 1:
+            raise ConfigError("minutes must be at least 1")
+        return await reads.history(await self._host.client(), self.keys, minutes=minutes)
+
+    @_clear_errors
     async def counts(self) -> QueueCounts:
         """How many jobs are ready, scheduled, active and dead (one round trip)."""
         return await reads.counts(await self._host.client(), self.keys)
 
+    @_clear_errors
     async def workers(self) -> list[dict[str, Any]]:
         """Workers serving this queue whose heartbeat is fresh (id, host, pid, queues,
         concurrency, running, started_at, beat_at); expired ids are pruned."""
         return await heartbeats.live_workers(await self._host.client(), self.keys)
 
+    @_clear_errors
     async def reconcile(self, *, batch: int = 500) -> int:
         """Put back jobs whose entry vanished while their record stayed (a server that
         evicted keys: see ``aioqueue check``): a queued job missing from its ready list is
@@ -241,25 +352,30 @@ class Queue:
 
     # -- periodic jobs -----------------------------------------------------------------
 
+    @_clear_errors
     async def periodic_specs(self) -> list[Periodic]:
         """The periodic jobs of this queue, as the workers see them."""
         return await specs.load(await self._host.client(), self.keys)
 
+    @_clear_errors
     async def add_periodic(self, spec: Periodic) -> None:
         """Store a periodic spec and wake a scheduler to look at it."""
         await specs.add(await self._host.client(), self.keys, spec)
 
+    @_clear_errors
     async def remove_periodic(self, name: str) -> bool:
         """Remove a periodic spec; True if there was one."""
         return await specs.remove(await self._host.client(), self.keys, name)
 
     # -- dead letters ----------------------------------------------------------------
 
+    @_clear_errors
     async def dead_jobs(self, *, limit: int = 100, offset: int = 0) -> list[JobInfo]:
         """Dead jobs, oldest first, with their errors and raw bytes."""
         redis = await self._host.client()
         return await reads.dead_jobs(redis, self.keys, limit=limit, offset=offset)
 
+    @_clear_errors
     async def requeue_dead(
         self,
         job_ids: Sequence[str] = (),
@@ -276,6 +392,7 @@ class Queue:
         result = await scripts.requeue(await self._host.client(), self.keys, ids, limit=limit)
         return result.requeued
 
+    @_clear_errors
     async def purge_dead(
         self,
         job_ids: Sequence[str] = (),

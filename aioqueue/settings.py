@@ -97,6 +97,7 @@ class AppSettings:
     connect_timeout: float = 5.0
     max_connections: int = 64
     due_first: frozenset[str] = frozenset()  # queues whose due delayed jobs jump the queue
+    history: float = 24 * 3600.0  # seconds of per-minute outcome counts kept; 0 = none
 
     def __post_init__(self) -> None:
         if self.redis_url:
@@ -108,6 +109,8 @@ class AppSettings:
             raise ConfigError("max_payload_bytes must be positive")
         if self.result_ttl < 0 or (self.idempotency_ttl or 0) < 0:
             raise ConfigError("result_ttl and idempotency_ttl must not be negative")
+        if self.history < 0:
+            raise ConfigError("history must not be negative")
         if self.dead_max_jobs < 0 or self.dead_ttl < 0:
             raise ConfigError("dead_max_jobs and dead_ttl must not be negative")
         if self.default_max_attempts < 1:
@@ -120,6 +123,10 @@ class AppSettings:
     @property
     def result_ttl_ms(self) -> int:
         return int(self.result_ttl * 1000)
+
+    @property
+    def history_ms(self) -> int:
+        return int(self.history * 1000)
 
     @property
     def idempotency_ttl_ms(self) -> int:

@@ -28,7 +28,7 @@ WORKER = 2  # a sibling of the producer side, checked apart
 EDGE = 3
 
 _CORE = {
-    "errors", "settings", "backoff", "priorities", "periodic", "middleware",
+    "errors", "settings", "backoff", "priorities", "periodic", "middleware", "observers",
     "store.keys", "store.records", "store.payload",
 }  # fmt: skip
 _PRODUCER = {"task", "enqueue", "job", "queue"}

@@ -25,6 +25,9 @@ Roles:
   workers     SET   ids of workers that beat for this queue
   worker:<w>  STRING a worker's heartbeat (JSON), expiring after three missed beats
   periodic:ticks HASH periodic spec name -> last tick enqueued (ms)
+  history:<h> HASH  outcome counts of hour h (epoch ms // 3600000): field
+              "<minute of the hour>:<code>" -> n (lua/include/history.lua)
+  settled     pub/sub channel (not a key): ids of jobs that just finished, as netstrings
   aborts      pub/sub channel (not a key): ids of running jobs to abort
   aborts:<w>  pub/sub channel: a message ends worker w's abort listener's wait (shutdown)
 
@@ -116,6 +119,19 @@ class QueueKeys:
     def abort_channel(self) -> str:
         """Pub/sub channel (not a key) on which cancel announces aborts of running jobs."""
         return f"{self.base}:aborts"
+
+    @property
+    def settled_channel(self) -> str:
+        """Pub/sub channel (not a key) on which scripts announce jobs that finished."""
+        return f"{self.base}:settled"
+
+    @property
+    def history_prefix(self) -> str:
+        """Scripts append an hour number to this to reach that hour's history hash."""
+        return f"{self.base}:history:"
+
+    def history(self, hour: int) -> str:
+        return f"{self.base}:history:{hour}"
 
     def abort_wake(self, worker_id: str) -> str:
         """Pub/sub channel on which a worker wakes its own abort listener (shutdown)."""

@@ -58,7 +58,7 @@ class Script:
         self.source = assemble(name)
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
 
-    async def __call__(self, redis: Redis, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+    async def __call__(self, redis: Redis, keys: Sequence[str | bytes], args: Sequence[Arg]) -> Any:
         try:
             return await redis.evalsha(self.sha, len(keys), *keys, *args)
         except NoScriptError:  # it did not run, so running it again is safe

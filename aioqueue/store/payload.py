@@ -31,10 +31,13 @@ class Payload:
     args: Sequence[Any] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     timeout: float | None = None  # per-call override of the task's timeout
+    headers: Mapping[str, str] = field(default_factory=dict)  # e.g. W3C trace context
 
     def encode(self, max_bytes: int) -> bytes:
         """Encode for Redis; raise SerializationError or PayloadTooLarge, writing nothing."""
-        return encode_payload(self.task, self.args, self.kwargs, self.timeout, max_bytes)
+        return encode_payload(
+            self.task, self.args, self.kwargs, self.timeout, max_bytes, self.headers
+        )
 
     @classmethod
     def decode(cls, raw: bytes) -> Payload:
@@ -48,14 +51,18 @@ class Payload:
         if not isinstance(body, dict):
             raise PayloadError("payload is not a JSON object")
         task, args, kwargs = body.get("t"), body.get("a", []), body.get("k", {})
-        timeout = body.get("to")
+        timeout, headers = body.get("to"), body.get("h", {})
         if not isinstance(task, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
             raise PayloadError("payload lacks a task name, an args list or a kwargs object")
         if timeout is not None and (
             isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
         ):
             raise PayloadError("payload timeout is not a positive number")
-        return cls(task, args, kwargs, timeout)
+        if not isinstance(headers, dict) or not all(
+            isinstance(value, str) for value in headers.values()
+        ):
+            raise PayloadError("payload headers are not an object of strings")
+        return cls(task, args, kwargs, timeout, headers)
 
 
 def encode_payload(
@@ -64,6 +71,7 @@ def encode_payload(
     kwargs: Mapping[str, Any],
     timeout: float | None,
     max_bytes: int,
+    headers: Mapping[str, str] | None = None,
 ) -> bytes:
     """A Payload's bytes, without building the Payload (the enqueue path calls this)."""
     body: dict[str, Any] = {
@@ -74,6 +82,8 @@ def encode_payload(
     }
     if timeout is not None:
         body["to"] = timeout
+    if headers:
+        body["h"] = dict(headers)
     try:
         raw = orjson.dumps(body)
     except TypeError as exc:

@@ -10,10 +10,18 @@ from __future__ import annotations
 
 import re
 import time
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Literal, cast
 
 from .keys import done_slot
-from .records import Field, JobInfo, JobStatus, QueueCounts, ScheduledJob
+from .records import (
+    HISTORY_CODES,
+    Field,
+    JobInfo,
+    JobStatus,
+    MinuteCounts,
+    QueueCounts,
+    ScheduledJob,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable
@@ -120,13 +128,95 @@ def _glob_escape(text: bytes) -> bytes:
 async def dead_jobs(redis: Redis, keys: QueueKeys, *, limit: int, offset: int) -> list[JobInfo]:
     """Dead jobs, oldest first, with their records (two round trips)."""
     raw_ids = cast("list[bytes]", await redis.zrange(keys.dead, offset, offset + limit - 1))
-    ids = [raw.decode("utf-8", "replace") for raw in raw_ids]
-    async with redis.pipeline(transaction=False) as pipe:  # one round trip for all
-        for job_id in ids:
-            pipe.hgetall(keys.job(job_id))
+    return await _records(redis, keys, raw_ids)
+
+
+ListedState = Literal["ready", "scheduled", "active", "dead"]
+LISTED_STATES: tuple[ListedState, ...] = ("ready", "scheduled", "active", "dead")
+
+
+async def jobs(
+    redis: Redis, keys: QueueKeys, state: ListedState, *, limit: int, offset: int
+) -> list[JobInfo]:
+    """A page of the jobs in one place, with their records: ready ones in the order
+    they will be taken (highest priority first, FIFO within one), scheduled ones by due
+    time, active ones by lease deadline, dead ones oldest first. Two or three round
+    trips. Offsets count entries: one whose job moved on meanwhile, or a cancelled job's
+    ready entry that take has yet to skip, is left out, so a page may come up short."""
+    if state == "dead":
+        return await dead_jobs(redis, keys, limit=limit, offset=offset)
+    if state in ("scheduled", "active"):
+        key = keys.schedule if state == "scheduled" else keys.active
+        raw_ids = cast("list[bytes]", await redis.zrange(key, offset, offset + limit - 1))
+        expected = JobStatus.SCHEDULED if state == "scheduled" else JobStatus.ACTIVE
+    elif state == "ready":
+        raw_ids = await _ready_ids(redis, keys, limit=limit, offset=offset)
+        expected = JobStatus.QUEUED
+    else:
+        raise ValueError(f"state must be one of {', '.join(LISTED_STATES)}, not {state!r}")
+    return [info for info in await _records(redis, keys, raw_ids) if info.status is expected]
+
+
+async def _ready_ids(redis: Redis, keys: QueueKeys, *, limit: int, offset: int) -> list[bytes]:
+    """Ids on the ready lists from ``offset``, highest priority first (two round trips)."""
+    lists = list(reversed(keys.ready_lists()))  # take visits 9..0 (strict order)
+    async with redis.pipeline(transaction=False) as pipe:
+        for key in lists:
+            pipe.llen(key)
+        lengths = [int(n) for n in await pipe.execute()]
+    async with redis.pipeline(transaction=False) as pipe:
+        skip, want = offset, limit
+        for key, length in zip(lists, lengths, strict=True):
+            if want <= 0:
+                break
+            if skip >= length:
+                skip -= length
+                continue
+            pipe.lrange(key, skip, skip + want - 1)
+            want -= min(want, length - skip)
+            skip = 0
+        pages = cast("list[list[bytes]]", await pipe.execute())
+    return [job_id for page in pages for job_id in page]
+
+
+async def _records(redis: Redis, keys: QueueKeys, raw_ids: list[bytes]) -> list[JobInfo]:
+    """The records of these ids (one round trip); ids without a record are left out."""
+    prefix = keys.job_prefix.encode()
+    async with redis.pipeline(transaction=False) as pipe:
+        for raw in raw_ids:
+            pipe.hgetall(prefix + raw)
         records = cast("list[dict[bytes, bytes]]", await pipe.execute())
     return [
-        JobInfo.from_record(job_id, keys.name, record)
-        for job_id, record in zip(ids, records, strict=True)
+        JobInfo.from_record(raw.decode("utf-8", "replace"), keys.name, record)
+        for raw, record in zip(raw_ids, records, strict=True)
         if Field.STATE in record
+    ]
+
+
+async def progress(redis: Redis, keys: QueueKeys, job_id: str) -> bytes | None:
+    """The progress a running job last reported (JSON), or None."""
+    return cast("bytes | None", await redis.hget(keys.job(job_id), Field.PROGRESS.decode()))
+
+
+async def history(redis: Redis, keys: QueueKeys, *, minutes: int) -> list[MinuteCounts]:
+    """Outcome counts of the last ``minutes`` minutes (the current one last, all of them
+    present, zeros included), by the Redis clock (two round trips)."""
+    seconds, _ = await redis.time()
+    this_minute = seconds // 60
+    first = this_minute - minutes + 1
+    hours = range(first // 60, this_minute // 60 + 1)
+    async with redis.pipeline(transaction=False) as pipe:
+        for hour in hours:
+            pipe.hgetall(keys.history(hour))
+        replies = cast("list[dict[bytes, bytes]]", await pipe.execute())
+    counts: dict[int, dict[str, int]] = {}
+    for hour, fields in zip(hours, replies, strict=True):
+        for name, value in fields.items():
+            minute, _, code = name.partition(b":")
+            outcome = HISTORY_CODES.get(code)
+            if outcome is not None and minute.isdigit():
+                counts.setdefault(hour * 60 + int(minute), {})[outcome] = int(value)
+    return [
+        MinuteCounts(minute * 60_000, **counts.get(minute, {}))
+        for minute in range(first, this_minute + 1)
     ]

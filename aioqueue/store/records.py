@@ -7,7 +7,7 @@ Job record fields (``job:<id>`` HASH; short, because every queued job carries th
   p  payload (JSON)      s  state (JobStatus)    n  attempts started   m  max attempts
   pr priority (0..9)     w  lease owner (token)  et enqueued at (ms)   st started at (ms)
   ft finished at (ms)    r  result (JSON)        e  error (JSON)       raw foreign bytes
-  ab abort requested (1)
+  ab abort requested (1)  qt made ready at (ms; absent: et)  pg progress (JSON)
 Times are epoch milliseconds by the Redis clock.
 """
 
@@ -42,6 +42,8 @@ class Field:
     ERROR = b"e"
     RAW = b"raw"
     ABORT = b"ab"
+    READY_AT = b"qt"
+    PROGRESS = b"pg"
 
 
 class JobStatus(StrEnum):
@@ -102,6 +104,8 @@ class JobInfo:
     error: ErrorInfo | None
     raw: bytes | None  # the undecodable bytes, for poison entries and bad payloads
     result_raw: bytes | None
+    progress_raw: bytes | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_record(cls, job_id: str, queue: str, record: Mapping[bytes, bytes]) -> JobInfo:
@@ -127,11 +131,18 @@ class JobInfo:
             error=ErrorInfo.decode(error) if error else None,
             raw=record.get(Field.RAW) or (raw_payload if payload is None else None),
             result_raw=record.get(Field.RESULT),
+            progress_raw=record.get(Field.PROGRESS),
+            headers=payload.headers if payload else {},
         )
 
     def result(self) -> Any:
         """The decoded return value of a complete job (None before it completes)."""
         return orjson.loads(self.result_raw) if self.result_raw is not None else None
+
+    @property
+    def progress(self) -> Any:
+        """What the job last reported with ``current_job().set_progress()`` (or None)."""
+        return orjson.loads(self.progress_raw) if self.progress_raw is not None else None
 
 
 def _int(raw: bytes | None) -> int | None:
@@ -144,6 +155,27 @@ class ScheduledJob:
 
     id: str
     due_ms: int  # epoch ms, Redis clock
+
+
+@dataclass(frozen=True, slots=True)
+class MinuteCounts:
+    """How many attempts of a queue ended in each outcome during one minute."""
+
+    minute_ms: int  # start of the minute, epoch ms (Redis clock)
+    complete: int = 0
+    retried: int = 0  # failed, and retried
+    failed: int = 0  # failed for good, not dead-lettered
+    dead: int = 0  # failed for good (or bad input), dead-lettered
+    cancelled: int = 0  # aborted while running
+
+    @property
+    def failures(self) -> int:
+        """Attempts that failed, whatever came next."""
+        return self.retried + self.failed + self.dead
+
+
+HISTORY_CODES = {b"c": "complete", b"r": "retried", b"f": "failed", b"d": "dead", b"x": "cancelled"}
+"""The field codes of the history hashes (lua/include/history.lua)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +221,7 @@ class Taken:
     attempts: int
     max_attempts: int
     lease: str
+    waited_ms: int = field(default=-1, compare=False)  # ready before the take (-1: unknown)
 
     @property
     def job_id(self) -> str:

@@ -49,10 +49,11 @@ _PURGE = Script("purge")
 _RESCHEDULE = Script("reschedule")
 _TRIM_DEAD = Script("trim_dead")
 _RECONCILE = Script("reconcile")
+_PROGRESS = Script("progress")
 
 ALL_SCRIPTS = (
     _ENQUEUE, _TAKE, _PROMOTE, _ACK, _RECLAIM, _EXTEND, _CANCEL, _REQUEUE, _PURGE,
-    _RESCHEDULE, _TRIM_DEAD, _RECONCILE,
+    _RESCHEDULE, _TRIM_DEAD, _RECONCILE, _PROGRESS,
 )  # fmt: skip
 
 
@@ -271,8 +272,8 @@ async def take(
     finally:
         await pool.release(connection)
     jobs = [
-        Taken(reply[i], reply[i + 1], int(reply[i + 2]), int(reply[i + 3]), lease)
-        for i in range(3, len(reply), 4)
+        Taken(reply[i], reply[i + 1], int(reply[i + 2]), int(reply[i + 3]), lease, reply[i + 4])
+        for i in range(3, len(reply), 5)
     ]
     return TakeResult(jobs, _promoted(reply))
 
@@ -304,14 +305,18 @@ async def ack(
     result_ttl_ms: int,
     kept_ms: int | None = None,
     keep_payload: bool = False,
+    history_ms: int = 0,
 ) -> list[bool]:
     """Settle a batch; True per job settled, False where the lease was lost. A complete
     job with no result is kept ``kept_ms`` (default: ``result_ttl_ms``), its payload only
-    with ``keep_payload``."""
+    with ``keep_payload``. Outcomes are counted per minute for ``history_ms``, and the
+    jobs that finished announced on the queue's settled channel."""
     head: list[Arg] = [
         result_ttl_ms,
         result_ttl_ms if kept_ms is None else kept_ms,
         int(keep_payload),
+        history_ms,
+        keys.settled_channel,
     ]
     try:
         batch = orjson.dumps(
@@ -326,7 +331,7 @@ async def ack(
         redis,
         [
             keys.active, keys.schedule, keys.dead, keys.notify, keys.schedule_wake,
-            keys.job_prefix, keys.done_prefix, *keys.ready_lists(),
+            keys.job_prefix, keys.done_prefix, *keys.ready_lists(), keys.history_prefix,
         ],
         args,
     )  # fmt: skip
@@ -343,13 +348,17 @@ async def reclaim(
     limit: int,
     default_max_attempts: int,
     result_ttl_ms: int = 24 * 3600 * 1000,
+    history_ms: int = 0,
 ) -> Reclaimed:
     """Return jobs whose lease expired to ready (or bury them past their attempts)."""
     reply = await _RECLAIM(
         redis,
-        [keys.active, keys.dead, keys.notify, keys.job_prefix, *keys.ready_lists()],
-        [limit, default_max_attempts, result_ttl_ms],
-    )
+        [
+            keys.active, keys.dead, keys.notify, keys.job_prefix, *keys.ready_lists(),
+            keys.history_prefix,
+        ],
+        [limit, default_max_attempts, result_ttl_ms, history_ms, keys.settled_channel],
+    )  # fmt: skip
     dead = tuple(
         Taken(reply[i], reply[i + 1], int(reply[i + 2]), int(reply[i + 3]), "")
         for i in range(2, len(reply), 4)
@@ -378,9 +387,15 @@ async def cancel(
     code, state = await _CANCEL(
         redis,
         [keys.job(job_id), keys.schedule, keys.skips],
-        [job_id, result_ttl_ms, keys.abort_channel],
+        [job_id, result_ttl_ms, keys.abort_channel, keys.settled_channel],
     )
     return cast("CancelCode", _meaning("cancel", code)), _text(state)
+
+
+async def progress(redis: Redis, keys: QueueKeys, taken: Taken, value: bytes) -> bool:
+    """Record a running job's progress (JSON); False if its lease is no longer held."""
+    key = keys.job_prefix.encode() + taken.id  # the id as bytes: it need not be UTF-8
+    return bool(await _PROGRESS(redis, [key], [taken.lease, value]))
 
 
 async def reschedule(

@@ -43,11 +43,13 @@ class AckBatcher(Component):
         result_ttl_ms: int,
         kept_ms: int | None = None,
         keep_payload: bool = False,
+        history_ms: int = 0,
         track_retries: bool = False,
     ) -> None:
         super().__init__()
         self.redis, self.keys, self._result_ttl_ms = redis, keys, result_ttl_ms
         self._kept_ms, self._keep_payload = kept_ms, keep_payload
+        self.history_ms = history_ms
         self.held: dict[bytes, Taken] = {}  # leased to this worker until the ack lands
         self.unsettled = 0  # held and not yet settled: running, or waiting for a slot
         self.landed = 0  # ack calls that landed so far
@@ -76,6 +78,12 @@ class AckBatcher(Component):
             self.retrying.add(settlement.id)
         self._pending.append(settlement)
         self._wake.set()
+
+    async def report_progress(self, taken: Taken, data: bytes) -> bool:
+        """Record a held job's progress (JSON); False once its lease is not held."""
+        if taken.id not in self.held:
+            return False
+        return await scripts.progress(self.redis, self.keys, taken, data)
 
     def loops(self) -> list[Coroutine[Any, Any, None]]:
         return [self._run()]
@@ -109,6 +117,7 @@ class AckBatcher(Component):
             settled = await scripts.ack(
                 self.redis, self.keys, batch, result_ttl_ms=self._result_ttl_ms,
                 kept_ms=self._kept_ms, keep_payload=self._keep_payload,
+                history_ms=self.history_ms,
             )  # fmt: skip
         except RedisError as exc:  # keep them: the guarantee needs every ack to land
             logger.warning(

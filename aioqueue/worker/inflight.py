@@ -28,6 +28,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
 from ..errors import HandlerTimeout, LeaseExpired
+from ..observers import notify
 from ..store.payload import encode_error
 from ..store.records import Settlement
 from .deadlines import Deadlines
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from collections.abc import Coroutine
 
     from ..middleware import CallNext, JobContext
+    from ..observers import JobEvent
     from ..store.records import Taken
     from ..task import Task
     from .acks import AckBatcher
@@ -76,6 +78,8 @@ class RunningJob:
     interrupt: Interrupt | None = None
     overdue_since: float | None = None  # when the watchdog cancelled it again
     settled: bool = False
+    started_at: float = 0.0  # event-loop time its task started
+    event: JobEvent | None = None  # what observers were told of its start (if any)
 
     @property
     def queue(self) -> str:
@@ -182,7 +186,10 @@ class InFlight(Component):
         self.slots.admit(RunningJob(taken, acks, self._deadlines))
 
     def _start(self, job: RunningJob) -> None:
-        task = asyncio.get_running_loop().create_task(self._run(job))
+        loop = asyncio.get_running_loop()
+        if self.env.observers:
+            job.started_at = loop.time()
+        task = loop.create_task(self._run(job))
         job.handle = task
         self.running[task] = job
 
@@ -210,6 +217,9 @@ class InFlight(Component):
             return  # abandoned, and its handler ended after all
         job.settled = True
         self.outcomes[settlement.outcome] += 1
+        if job.event is not None:
+            ran = asyncio.get_running_loop().time() - job.started_at
+            notify(self.env.observers, "job_ended", job.event, settlement.outcome, ran)
         if started:
             self.slots.end()
         job.acks.settle(settlement)

@@ -93,7 +93,7 @@ class LeaseKeeper(Component):
                 result = await scripts.reclaim(
                     queue.redis, queue.keys, limit=RECLAIM_LIMIT,
                     default_max_attempts=self._default_max_attempts,
-                    result_ttl_ms=self._result_ttl_ms,
+                    result_ttl_ms=self._result_ttl_ms, history_ms=queue.history_ms,
                 )  # fmt: skip
             except RedisError as exc:
                 logger.warning("reclaiming leases on %s failed: %s", queue.keys.name, describe(exc))

@@ -23,11 +23,12 @@ import anyio.to_thread
 
 from ..errors import PayloadError, Retry, SerializationError, UnknownTask, describe
 from ..middleware import JobContext, Middleware, call_hooks, enter_job, wrap
+from ..observers import JobEvent, Observer, notify
 from ..store.payload import Payload, encode_error, encode_result
 from ..store.records import Settlement
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from ..middleware import CallNext
     from ..store.records import Taken
@@ -44,6 +45,7 @@ class RunEnv:
     find_task: Callable[[str], Task[..., Any] | None]
     middleware: Sequence[Middleware] = ()
     state: dict[str, Any] = field(default_factory=dict)
+    observers: tuple[Observer, ...] = ()
 
 
 class _Escaped(Exception):
@@ -59,19 +61,22 @@ async def run_job(job: RunningJob, env: RunEnv) -> Settlement:
     """Run one taken job to its Settlement. A CancelledError that the handler did not
     raise itself (an abort, a shutdown) propagates: the in-flight job settles that."""
     taken = job.taken
+    payload: Payload | None = None
     try:
         payload = Payload.decode(taken.payload)
         task = env.find_task(payload.task)
         if task is None:
             raise UnknownTask(payload.task)
     except (PayloadError, UnknownTask) as exc:
+        _started(job, env, payload.task if payload else "?")
         return bury(taken, type(exc).__name__, str(exc))
+    _started(job, env, task.name)
     try:
         task.check_arguments(payload.args, payload.kwargs)
     except TypeError as exc:  # retrying cannot help: the same arguments come back
         return bury(taken, "TypeError", f"wrong arguments for {task.name}: {exc}")
     job.task, job.timeout = task, payload.timeout or task.options.timeout
-    job.context = context = _context(taken, job.queue, task, env)
+    job.context = context = _context(taken, job.queue, task, env, payload.headers, job)
     enter_job(context)
     call = _handler_call(task, payload)
     if env.middleware:
@@ -129,9 +134,35 @@ async def run_hooks(
     return settlement
 
 
-def _context(taken: Taken, queue: str, task: Task[..., Any], env: RunEnv) -> JobContext:
+def _started(job: RunningJob, env: RunEnv, task: str) -> None:
+    """Tell the observers (if any) that the job starts."""
+    if not env.observers:
+        return
+    taken = job.taken
+    waited = taken.waited_ms / 1000 if taken.waited_ms >= 0 else None
+    job.event = JobEvent(taken.job_id, job.queue, task, taken.attempts, waited)
+    notify(env.observers, "job_started", job.event)
+
+
+def _context(
+    taken: Taken,
+    queue: str,
+    task: Task[..., Any],
+    env: RunEnv,
+    headers: Mapping[str, str] | None = None,
+    job: RunningJob | None = None,
+) -> JobContext:
     max_attempts = taken.max_attempts or task.options.max_attempts
-    return JobContext(taken.job_id, queue, task.name, taken.attempts, max_attempts, env.state)
+    report = None if job is None else functools.partial(_report_progress, job)
+    return JobContext(
+        taken.job_id, queue, task.name, taken.attempts, max_attempts, env.state,
+        headers or {}, report,
+    )  # fmt: skip
+
+
+async def _report_progress(job: RunningJob, value: Any) -> bool:
+    data = encode_result(value)  # the same rule as a result: JSON, or SerializationError
+    return await job.acks.report_progress(job.taken, data)
 
 
 async def expired_hooks(env: RunEnv, queue: str, job: Taken, error: BaseException) -> None:

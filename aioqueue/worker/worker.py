@@ -150,7 +150,9 @@ class Worker:
         for hook in self.app.startup_hooks:
             await hook(self.state)
         app = self.app
-        self._inflight.env = RunEnv(app.find_task, tuple(app.middleware_stack), self.state)
+        self._inflight.env = RunEnv(
+            app.find_task, tuple(app.middleware_stack), self.state, app.observers
+        )
         queues = [QueueKeys.for_queue(app.settings.prefix, name) for name in self.settings.queues]
         for keys in queues:
             self._add_queue(redis, keys)
@@ -190,6 +192,7 @@ class Worker:
         acks = AckBatcher(
             redis, keys, result_ttl_ms=app_settings.result_ttl_ms,
             kept_ms=app_settings.idempotency_ttl_ms, keep_payload=app_settings.keep_payload,
+            history_ms=app_settings.history_ms,
             track_retries=settings.burst and settings.wait_retries,
         )  # fmt: skip
         consumer = QueueConsumer(

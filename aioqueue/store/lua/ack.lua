@@ -12,6 +12,7 @@ KEYS[5]      schedule_wake  LIST  at most one token for pollers
 KEYS[6]      job_prefix           prefix of job records; carries the queue's hash tag
 KEYS[7]      done_prefix          prefix of the done hashes (include/done.lua); likewise
 KEYS[8..17]  ready          LIST  ready lists of priorities 0..9
+KEYS[18]     history_prefix       prefix of the history hashes (include/history.lua)
 ARGV[1] result_ttl_ms  how long finished records with a result or an error are kept; 0
                        deletes them
 ARGV[2] kept_ms        how long a complete job with no result (None) is remembered: the
@@ -19,10 +20,13 @@ ARGV[2] kept_ms        how long a complete job with no result (None) is remember
                        done hash (include/done.lua); 0 keeps nothing
 ARGV[3] keep_payload   1: a complete record keeps its payload; 0: it keeps only its state,
                        attempts, times and result (the payload is most of a record)
-ARGV[4] format         'json': ARGV[5] is one JSON array of [id, lease, outcome, data,
+ARGV[4] history_ms     how long per-minute outcome counts are kept (0: none are)
+ARGV[5] settled        the queue's settled channel: finished ids are announced there
+                       (include/settled.lua); '' announces nothing
+ARGV[6] format         'json': ARGV[7] is one JSON array of [id, lease, outcome, data,
                        delay_ms] arrays (one argument for the whole batch: packing five
                        arguments per job costs the client more than the rest of the ack);
-                       'args': ARGV[5..] are groups of five (for ids that are not UTF-8)
+                       'args': ARGV[7..] are groups of five (for ids that are not UTF-8)
   outcome  complete  data = result JSON ('null' for None: no result is stored)
            retry     data = error JSON; run again after delay_ms (Redis clock)
            bury      data = error JSON; move to the dead set
@@ -37,10 +41,18 @@ Returns one code per job: 1 settled, -2 lease not held.
 -- @include record
 -- @include ready
 -- @include schedule
+-- @include history
+-- @include settled
 local active, schedule, dead, notify = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local schedule_wake, job_prefix, done_prefix, READY = KEYS[5], KEYS[6], KEYS[7], 8
 local result_ttl_ms, kept_ms, keep_payload = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local history_ms, settled_channel, history_prefix = tonumber(ARGV[4]), ARGV[5], KEYS[18]
 local now = redis_clock()
+local counts, finished = {}, {} -- outcome code -> n; ids of jobs that finished
+
+-- The history code of each outcome, and whether the job is finished by it.
+local CODE = {complete = 'c', retry = 'r', bury = 'd', fail = 'f', abort = 'x'}
+local FINAL = {complete = true, bury = true, fail = true, abort = true}
 
 local function finish(key, state, field, data)
   redis.call('HSET', key, 's', state, field, data, 'ft', now)
@@ -73,7 +85,7 @@ end
 
 local function schedule_retry(id, key, data, delay_ms)
   if delay_ms <= 0 then
-    redis.call('HSET', key, 's', 'queued', 'e', data)
+    redis.call('HSET', key, 's', 'queued', 'e', data, 'qt', now)
     redis.call('RPUSH', ready_list(key), id)
     redis.call('RPUSH', notify, 1)
     return
@@ -106,24 +118,29 @@ local function settle(id, lease, outcome, data, delay_ms)
     finish(key, 'cancelled', 'e', data)
   else -- release: interrupted by shutdown, not the job's fault
     redis.call('HINCRBY', key, 'n', -1)
-    redis.call('HSET', key, 's', 'queued')
+    redis.call('HSET', key, 's', 'queued', 'qt', now)
     redis.call('LPUSH', ready_list(key), id)
     redis.call('RPUSH', notify, 1)
   end
+  local code = CODE[outcome]
+  if code then counts[code] = (counts[code] or 0) + 1 end
+  if FINAL[outcome] then finished[#finished + 1] = id end
   return 1
 end
 
 local codes = {}
-if ARGV[4] == 'json' then
-  local batch = cjson.decode(ARGV[5])
+if ARGV[6] == 'json' then
+  local batch = cjson.decode(ARGV[7])
   for i = 1, #batch do
     local s = batch[i]
     codes[i] = settle(s[1], s[2], s[3], s[4], tonumber(s[5]))
   end
 else
-  for i = 5, #ARGV, 5 do
+  for i = 7, #ARGV, 5 do
     codes[#codes + 1] = settle(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3],
       tonumber(ARGV[i + 4]))
   end
 end
+count_history(history_prefix, now, history_ms, counts)
+announce_settled(settled_channel, finished)
 return codes

@@ -9,15 +9,17 @@ KEYS[1] job        HASH  the job record
 KEYS[2] schedule   ZSET  job id -> due time (ms)
 KEYS[3] skips      STRING ready entries of cancelled jobs
 ARGV[1] id
-ARGV[3] abort_channel  pub/sub channel of the queue's aborts
 ARGV[2] result_ttl_ms  how long a cancelled scheduled record is kept (0: deleted). A
                        queued one keeps its record until take skips its ready entry.
+ARGV[3] abort_channel  pub/sub channel of the queue's aborts
+ARGV[4] settled        the queue's settled channel: a cancelled id is announced there
 
 Returns {code, state}: code 1 cancelled; 2 abort requested (state active); 0 not
 cancellable (state says why: complete, dead, ...); -1 no such job.
 ]]
 -- @include clock
 -- @include record
+-- @include settled
 local job, schedule, skips = KEYS[1], KEYS[2], KEYS[3]
 local id, result_ttl_ms, abort_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 
@@ -39,4 +41,5 @@ if state == 'scheduled' then -- no entry left anywhere: the record may expire no
 else -- its ready entry stays until take skips it
   redis.call('INCR', skips)
 end
+announce_settled(ARGV[4], {id})
 return {1, 'cancelled'}

@@ -8,10 +8,13 @@ KEYS[2]      dead        ZSET  job id -> time buried (ms)
 KEYS[3]      notify      LIST  wake-up tokens
 KEYS[4]      job_prefix        prefix of job records; carries the queue's hash tag
 KEYS[5..14]  ready       LIST  ready lists of priorities 0..9
+KEYS[15]     history_prefix    prefix of the history hashes (include/history.lua)
 ARGV[1] limit                  max jobs per call
 ARGV[2] default_max_attempts   for jobs enqueued without their own maximum (m = 0); a
                                job with m < 0 retries forever and is never buried here
 ARGV[3] result_ttl_ms          how long the record of a job whose abort was requested is kept
+ARGV[4] history_ms             how long per-minute outcome counts are kept (0: none are)
+ARGV[5] settled                the queue's settled channel ('' announces nothing)
 
 Returns {requeued, buried, id_1, payload_1, attempts_1, max_attempts_1, id_2, ...}: buried
 counts the cancelled ones too; the jobs listed are those buried dead (their hooks are
@@ -20,9 +23,13 @@ the caller's to run).
 -- @include clock
 -- @include record
 -- @include ready
+-- @include history
+-- @include settled
 local active, dead, notify, job_prefix, READY = KEYS[1], KEYS[2], KEYS[3], KEYS[4], 5
 local limit, default_max, result_ttl_ms = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local history_ms, settled_channel = tonumber(ARGV[4]), ARGV[5]
 local now = redis_clock()
+local finished = {}
 
 local expired = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, limit)
 local out = {0, 0}
@@ -38,6 +45,7 @@ for i = 1, #expired do
       'e', error_json('JobCancelled', 'aborted while running (its worker was lost)'))
     expire_record(key, result_ttl_ms)
     buried = buried + 1
+    finished[#finished + 1] = id
   elseif record[1] == 'active' then
     local attempts = tonumber(record[2] or 0) or 0
     local max = tonumber(record[3] or 0) or 0
@@ -48,10 +56,11 @@ for i = 1, #expired do
       redis.call('HSET', key, 's', 'dead', 'ft', now, 'e', error_json('LeaseExpired', message))
       redis.call('ZADD', dead, now, id)
       buried = buried + 1
+      finished[#finished + 1] = id
       local n = #out
       out[n + 1], out[n + 2], out[n + 3], out[n + 4] = id, record[6] or '', attempts, max
     else
-      redis.call('HSET', key, 's', 'queued')
+      redis.call('HSET', key, 's', 'queued', 'qt', now)
       redis.call('LPUSH', ready_key(READY, record[4]), id)
       redis.call('RPUSH', notify, 1)
       requeued = requeued + 1
@@ -59,4 +68,7 @@ for i = 1, #expired do
   end
 end
 out[1], out[2] = requeued, buried
+local cancelled = buried - (#out - 2) / 4
+count_history(KEYS[15], now, history_ms, {d = buried - cancelled, x = cancelled})
+announce_settled(settled_channel, finished)
 return out

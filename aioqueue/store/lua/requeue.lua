@@ -10,10 +10,12 @@ ARGV[2..] ids   the dead jobs to requeue; none means the oldest `limit`
 
 Returns {requeued, skipped}.
 ]]
+-- @include clock
 -- @include dead
 -- @include ready
 local dead, notify, job_prefix, READY = KEYS[1], KEYS[2], KEYS[3], 4
 local limit = tonumber(ARGV[1])
+local now = redis_clock()
 
 local ids = chosen_dead(dead, limit)
 
@@ -24,7 +26,7 @@ for i = 1, #ids do
   local record = redis.call('HMGET', key, 's', 'pr', 'raw')
   if record[1] == 'dead' and not record[3] and redis.call('ZREM', dead, id) == 1 then
     redis.call('HDEL', key, 'w', 'ft', 'st')
-    redis.call('HSET', key, 's', 'queued', 'n', 0)
+    redis.call('HSET', key, 's', 'queued', 'n', 0, 'qt', now)
     redis.call('RPUSH', ready_key(READY, record[2]), id)
     redis.call('RPUSH', notify, 1)
     requeued = requeued + 1

@@ -48,9 +48,11 @@ ARGV[9] forget    lease tokens (space-separated) of the caller's earlier takes w
 ARGV[10..] pairs  priority (0..9), quota: the plan (none needed when limit is 0). Unless it
                   lists all ten levels, the notify tokens of the levels left out are kept.
 
-Returns {now_us, promoted, next_due_ms, id_1, payload_1, attempts_1, max_attempts_1, id_2,
-...}: now_us is the Redis clock in microseconds (so a promoter can sleep to the exact due
-time), next_due_ms the schedule's head after this call (-1 if empty, or if not promoting).
+Returns {now_us, promoted, next_due_ms, id_1, payload_1, attempts_1, max_attempts_1,
+waited_ms_1, id_2, ...}: now_us is the Redis clock in microseconds (so a promoter can sleep
+to the exact due time), next_due_ms the schedule's head after this call (-1 if empty, or
+if not promoting); waited_ms how long the job was ready before this take (since field qt,
+else its enqueue time et; -1 if unknown), by the Redis clock.
 ]]
 -- @include clock
 -- @include done
@@ -68,6 +70,11 @@ if limit > 0 and #ARGV < 11 then
 end
 local now, now_us = redis_clock()
 local out = {now_us, 0, -1}
+
+local function waited_ms(ready_at)
+  if not ready_at then return -1 end
+  return now - tonumber(ready_at)
+end
 for token in string.gmatch(ARGV[9], '%S+') do redis.call('DEL', taken_prefix .. token) end
 
 -- (1) A resent call (same lease token: the client retried after a lost reply) gets the
@@ -75,12 +82,14 @@ for token in string.gmatch(ARGV[9], '%S+') do redis.call('DEL', taken_prefix .. 
 local prior = redis.call('LRANGE', taken_key, 0, -1)
 if #prior > 0 then
   for i = 1, #prior do
-    local record = redis.call('HMGET', job_prefix .. prior[i], 's', 'w', 'p', 'n', 'm')
+    local record = redis.call('HMGET', job_prefix .. prior[i],
+      's', 'w', 'p', 'n', 'm', 'qt', 'et')
     if record[1] == 'active' and record[2] == lease then
       out[#out + 1] = prior[i]
       out[#out + 1] = record[3] or ''
       out[#out + 1] = tonumber(record[4] or 0)
       out[#out + 1] = tonumber(record[5] or 0)
+      out[#out + 1] = waited_ms(record[6] or record[7])
     end
   end
   return out
@@ -100,7 +109,7 @@ local taken, popped, taken_ids = 0, 0, {}
 
 local function take_one(id)
   local key = job_prefix .. id
-  local record = redis.pcall('HMGET', key, 's', 'p', 'n', 'm')
+  local record = redis.pcall('HMGET', key, 's', 'p', 'n', 'm', 'qt', 'et')
   if record.err then
     bury_foreign(dead, seq, job_prefix, now, id, 'job record is not a hash')
     return
@@ -115,6 +124,7 @@ local function take_one(id)
     out[#out + 1] = record[2] or ''
     out[#out + 1] = attempts
     out[#out + 1] = tonumber(record[4] or 0)
+    out[#out + 1] = waited_ms(record[5] or record[6])
     taken = taken + 1
   elseif not state and not is_done(done_prefix, id, now, span_ms) then
     bury_foreign(dead, seq, job_prefix, now, id, 'ready entry has no job record')

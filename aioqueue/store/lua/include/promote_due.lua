@@ -22,7 +22,7 @@ local function promote_due(schedule, notify, dead, seq, job_prefix, ready_first,
     elseif not record[1] then
       bury_foreign(dead, seq, job_prefix, now, due[i], 'schedule entry has no job record')
     elseif record[1] == 'scheduled' then
-      redis.call('HSET', job_prefix .. due[i], 's', 'queued')
+      redis.call('HSET', job_prefix .. due[i], 's', 'queued', 'qt', now)
       redis.call(push, ready_key(ready_first, record[2]), due[i])
       promoted = promoted + 1
     end

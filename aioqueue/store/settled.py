@@ -1,0 +1,185 @@
+"""Hearing that jobs finished, so ``Job.result()`` returns at once without polling.
+
+The scripts that finish jobs (ack, reclaim, cancel) announce their ids on the queue's
+settled channel, one message per call (``lua/include/settled.lua``). One listener per App
+holds one subscribed connection, subscribes to a queue's channel when someone first waits
+on one of its jobs, and wakes the waiters of each id it hears. A waiter then reads the
+record itself: a message only says "look now".
+
+Pub/sub delivers at most once: a message sent while the connection is down is lost. So
+after a reconnect the listener wakes every waiter (each reads its job's status again), and
+waiters look again every few seconds in any case (``Job.result``'s ``poll_interval``): a
+missed message delays a result; it never loses one. A silent connection (half-open) is
+found by PING after a second of quiet, as the abort listener does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+
+from ..errors import AioqueueError, describe
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable
+
+    from redis.asyncio import Redis
+    from redis.asyncio.client import PubSub
+
+logger = logging.getLogger(__name__)
+
+PING_AFTER = 1.0  # seconds of silence before the listener PINGs its connection
+SILENCE_LIMIT = 3.0  # seconds of silence (no message, no pong) before it reconnects
+RETRY_PAUSE = 0.5  # after a failed connection, before the next try
+CONFIRM_WITHIN = 2.0  # how long a waiter waits for its subscription to be confirmed
+
+
+def parse_ids(message: bytes) -> list[bytes]:
+    """The ids in a settled message: netstrings ``<length>:<id>``, back to back."""
+    ids, at = [], 0
+    while at < len(message):
+        colon = message.index(b":", at)
+        length = int(message[at:colon])
+        ids.append(message[colon + 1 : colon + 1 + length])
+        at = colon + 1 + length
+    return ids
+
+
+class SettledListener:
+    """One subscribed connection per App, shared by every waiting ``Job.result()``."""
+
+    def __init__(self, client: Callable[[], Awaitable[Redis]], wake_channel_prefix: str) -> None:
+        self._client = client
+        self._waiters: dict[tuple[bytes, bytes], set[asyncio.Event]] = {}
+        self._channels: dict[bytes, asyncio.Event] = {}  # channel -> its SUBSCRIBE confirmed
+        self._wake_channel = f"{wake_channel_prefix}:{secrets.token_hex(8)}".encode()
+        self._pubsub: PubSub | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._closing = False
+        self._connected = asyncio.Event()
+        self.loop = asyncio.get_running_loop()
+
+    @contextlib.asynccontextmanager
+    async def waiting(self, channel: str, job_id: str) -> AsyncIterator[asyncio.Event]:
+        """Within the block, the event is set whenever ``job_id`` may have finished (its
+        id was announced on ``channel``, or announcements may have been missed). The
+        subscription is confirmed before the block starts (or CONFIRM_WITHIN has passed:
+        Redis is away, and the caller's periodic look is all there is), so an
+        announcement made after the caller first reads the job's status is not missed."""
+        key = (channel.encode(), job_id.encode())
+        event = asyncio.Event()
+        self._waiters.setdefault(key, set()).add(event)
+        try:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._subscribe(key[0]), CONFIRM_WITHIN)
+            yield event
+        finally:
+            waiters = self._waiters.get(key)
+            if waiters is not None:
+                waiters.discard(event)
+                if not waiters:
+                    del self._waiters[key]
+
+    async def _subscribe(self, channel: bytes) -> None:
+        confirmed = self._channels.get(channel)
+        if confirmed is None:
+            confirmed = self._channels[channel] = asyncio.Event()
+            if self._reader is None:
+                self._reader = asyncio.get_running_loop().create_task(self._run())
+            elif self._pubsub is not None and self._connected.is_set():
+                await self._send_subscribe(self._pubsub, [channel])
+        await confirmed.wait()
+
+    async def _send_subscribe(self, pubsub: PubSub, channels: list[bytes]) -> None:
+        try:
+            await pubsub.subscribe(*channels)
+        except RedisError as exc:  # the reader finds the broken connection and starts over
+            logger.debug("subscribing to %s failed: %s", channels, describe(exc))
+
+    async def close(self) -> None:
+        """Stop listening (without cancelling a redis-py call: a message on the
+        listener's own wake channel ends its wait)."""
+        self._closing = True
+        reader, self._reader = self._reader, None
+        if reader is None:
+            return
+        with contextlib.suppress(RedisError):
+            await (await self._client()).publish(self._wake_channel, b"stop")
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(reader), timeout=PING_AFTER * 2)
+        if not reader.done():  # the wake message did not arrive: its wait ends on its own
+            await asyncio.wait({reader}, timeout=SILENCE_LIMIT)
+        self._wake_all()
+
+    async def _run(self) -> None:
+        while not self._closing:
+            try:
+                await self._listen()
+            except (RedisError, OSError, AioqueueError) as exc:
+                logger.debug("settled channel lost: %s; subscribing again", describe(exc))
+            except Exception:  # a bug: waiters fall back to looking now and then
+                logger.exception("the settled listener failed; subscribing again")
+            finally:
+                self._connected.clear()
+                for confirmed in self._channels.values():
+                    confirmed.clear()
+            self._wake_all()  # announcements may have been missed meanwhile
+            if not self._closing:
+                await asyncio.sleep(RETRY_PAUSE)
+
+    async def _listen(self) -> None:
+        pubsub = (await self._client()).pubsub()
+        self._pubsub = pubsub
+        loop = asyncio.get_running_loop()
+        try:
+            sent = list(self._channels)
+            await pubsub.subscribe(self._wake_channel, *sent)
+            self._connected.set()
+            if added := [channel for channel in self._channels if channel not in sent]:
+                await pubsub.subscribe(*added)  # asked for while the first was under way
+            heard = pinged = loop.time()
+            while not self._closing:
+                message = await pubsub.get_message(timeout=PING_AFTER)
+                now = loop.time()
+                if message is not None:
+                    heard = now
+                    self._heard(message)
+                elif now - heard > SILENCE_LIMIT:
+                    raise ConnectionError(f"no reply to PING for {now - heard:.1f}s")
+                elif now - max(heard, pinged) >= PING_AFTER:
+                    await pubsub.ping()
+                    pinged = now
+        finally:
+            self._pubsub = None
+            with contextlib.suppress(RedisError, OSError):
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    def _heard(self, message: dict[str, Any]) -> None:
+        if message.get("channel") is None:  # a PONG
+            return
+        channel = bytes(message["channel"])
+        if message["type"] == "subscribe":
+            confirmed = self._channels.get(channel)
+            if confirmed is not None:
+                confirmed.set()
+            return
+        if message["type"] != "message" or channel == self._wake_channel:
+            return
+        try:
+            ids = parse_ids(bytes(message["data"]))
+        except ValueError:
+            logger.warning("unreadable message on %s: %r", channel, message["data"][:100])
+            return
+        for job_id in ids:
+            for event in self._waiters.get((channel, job_id), ()):
+                event.set()
+
+    def _wake_all(self) -> None:
+        for waiters in self._waiters.values():
+            for event in waiters:
+                event.set()

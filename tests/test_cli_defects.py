@@ -260,7 +260,7 @@ def test_the_license_matches_pyproject() -> None:
 
 
 def test_dead_show_prints_iso_times() -> None:
-    from aioqueue.ops.commands import iso
+    from aioqueue.ops.tables import iso
 
     assert iso(1_700_000_000_123) == "2023-11-14T22:13:20.123+00:00"
     assert iso(None) == "-"

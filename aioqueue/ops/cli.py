@@ -24,7 +24,7 @@ from ..app import App
 from ..errors import AioqueueError, ConfigError, describe
 from ..settings import ENV_REDIS_URL, WORKER_DEFAULTS, mask_url
 from . import logs
-from .commands import run_check, run_dead, run_reconcile
+from .commands import run_check, run_dead, run_info, run_job, run_jobs, run_reconcile
 from .serve import run_worker
 
 if TYPE_CHECKING:
@@ -36,9 +36,14 @@ logger = logging.getLogger("aioqueue.cli")
 COMMANDS = {
     "worker": "run a worker process (or -p of them) for the app's queues",
     "check": "exit 1 unless every queue has a live worker and Redis keeps its keys",
+    "info": "a table of the queues: counts, rates, workers (--watch to follow it)",
+    "jobs": "list a queue's ready, scheduled, active or dead jobs",
+    "job": "show or cancel one job",
     "dead": "list, show, requeue or purge dead jobs",
     "reconcile": "put back jobs whose queue entry vanished (after an eviction)",
 }
+
+ACTIONS = {"dead": ["ls", "show", "requeue", "purge"], "jobs": ["ls"], "job": ["show", "cancel"]}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -96,14 +101,53 @@ def _log_options(parser: argparse.ArgumentParser, default: str) -> None:
 
 def command_parser(command: str) -> argparse.ArgumentParser:
     parser = _Parser(prog=f"aioqueue {command}", description=COMMANDS[command])
-    if command == "dead":  # aioqueue dead ACTION APP [IDS]
-        parser.add_argument("action", choices=["ls", "show", "requeue", "purge"])
+    if command in ACTIONS:  # e.g. aioqueue dead ACTION APP [IDS]
+        parser.add_argument("action", choices=ACTIONS[command])
     parser.add_argument("target", help="module:app, e.g. myproject.tasks:app")
     parser.add_argument("--redis-url", help=f"overrides the App's URL and {ENV_REDIS_URL}")
     _log_options(parser, argparse.SUPPRESS)
     {"worker": _worker_options, "check": _queues_option, "dead": _dead_options,
-     "reconcile": _queues_option}[command](parser)  # fmt: skip
+     "reconcile": _queues_option, "info": _info_options, "jobs": _jobs_options,
+     "job": _job_options}[command](parser)  # fmt: skip
     return parser
+
+
+def _info_options(parser: argparse.ArgumentParser) -> None:
+    _queues_option(parser)
+    parser.add_argument(
+        "--watch", type=_positive, nargs="?", const=2.0, metavar="SECONDS",
+        help="redraw every SECONDS (default 2) until Ctrl-C",
+    )  # fmt: skip
+
+
+def _jobs_options(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("-q", "--queue", help="the queue (default: the app's default queue)")
+    add(
+        "--state", choices=["ready", "scheduled", "active", "dead"], default="ready",
+        help="which jobs (default: %(default)s)",
+    )  # fmt: skip
+    add("--limit", type=_count, default=50, help="at most this many (default: %(default)s)")
+    add("--offset", type=_count, default=0, help="skip this many first (default: %(default)s)")
+
+
+def _job_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("id", help="the job id")
+    parser.add_argument("-q", "--queue", help="the queue (default: the app's default queue)")
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+    return value
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, not {text}")
+    return value
 
 
 def _queues_option(parser: argparse.ArgumentParser) -> None:
@@ -177,6 +221,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 ONE_SHOT: dict[str, Callable[[App, argparse.Namespace], Coroutine[Any, Any, int]]] = {
     "check": run_check,
+    "info": run_info,
+    "jobs": run_jobs,
+    "job": run_job,
     "dead": run_dead,
     "reconcile": run_reconcile,
 }

@@ -1,4 +1,5 @@
-"""The one-shot commands: ``check``, ``reconcile`` and ``dead ls|show|requeue|purge``.
+"""The one-shot commands: ``check``, ``reconcile``, ``info``, ``jobs ls``, ``job
+show|cancel`` and ``dead ls|show|requeue|purge``.
 
 Each needs a configured Redis URL (they never start an embedded server: there would be
 nothing in it), prints its result on stdout, and returns the exit code.
@@ -6,13 +7,18 @@ nothing in it), prints its result on stdout, and returns the exit code.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import asyncio
+import contextlib
 from typing import TYPE_CHECKING
+
+import orjson
+from rich.live import Live
 
 from ..errors import ConfigError
 from ..settings import ENV_REDIS_URL
 from ..store.heartbeats import mixed_task_sets, mixed_windows
 from ..store.server import eviction
+from .tables import QueueSnapshot, console, info_table, iso, jobs_table
 
 if TYPE_CHECKING:
     import argparse
@@ -61,6 +67,70 @@ async def run_reconcile(app: App, args: argparse.Namespace) -> int:
     return 0
 
 
+async def run_info(app: App, args: argparse.Namespace) -> int:
+    """A table of the queues: counts, rates over the last minute, live workers; with
+    ``--watch``, redrawn every few seconds until Ctrl-C."""
+    need_url(app, "info")
+    names = args.queues or app.queue_names()
+    out = console()
+    if args.watch is None:
+        out.print(info_table(await _snapshots(app, names)))
+        return 0
+    with contextlib.suppress(asyncio.CancelledError):  # Ctrl-C: asyncio.run cancels this
+        if not out.is_terminal:  # a pipe or a log: one table after another
+            while True:
+                out.print(info_table(await _snapshots(app, names)))
+                await asyncio.sleep(args.watch)
+        with Live(
+            info_table(await _snapshots(app, names)), console=out, auto_refresh=False
+        ) as live:
+            while True:
+                await asyncio.sleep(args.watch)
+                live.update(info_table(await _snapshots(app, names)), refresh=True)
+    return 0
+
+
+async def _snapshots(app: App, names: list[str]) -> list[QueueSnapshot]:
+    async def one(name: str) -> QueueSnapshot:
+        queue = app.queue(name)
+        counts, history, workers = await asyncio.gather(
+            queue.counts(), queue.history(minutes=2), queue.workers()
+        )
+        return QueueSnapshot(name, counts, history, workers)
+
+    return list(await asyncio.gather(*(one(name) for name in names)))
+
+
+async def run_jobs(app: App, args: argparse.Namespace) -> int:
+    """``jobs ls``: a page of a queue's jobs in one state."""
+    need_url(app, "jobs")
+    queue = app.queue(args.queue)
+    jobs = await queue.jobs(args.state, limit=args.limit, offset=args.offset)
+    due = None
+    if args.state == "scheduled":
+        scheduled = await queue.scheduled(limit=args.limit, offset=args.offset)
+        due = {entry.id: entry.due_ms for entry in scheduled}
+    console().print(jobs_table(f"{queue.name}: {args.state}", jobs, due))
+    return 0
+
+
+async def run_job(app: App, args: argparse.Namespace) -> int:
+    """``job show ID`` (everything about one job) and ``job cancel ID``."""
+    need_url(app, "job")
+    queue = app.queue(args.queue)
+    if args.action == "show":
+        await _show(queue, [args.id])
+        return 0
+    if await queue.cancel(args.id):
+        _say(f"cancelled {args.id} (a running job is aborted)")
+        return 0
+    status = await queue.status(args.id)
+    if status is None:
+        raise ConfigError(f"no job {args.id!r} in queue {queue.name!r}")
+    _say(f"{args.id} is {status}: nothing to cancel")
+    return 1
+
+
 async def run_dead(app: App, args: argparse.Namespace) -> int:
     need_url(app, "dead")
     queue = app.queue(args.queue)
@@ -106,11 +176,16 @@ def details(info: JobInfo) -> str:
         f"task:      {info.task}",
         f"args:      {list(info.args)!r}",
         f"kwargs:    {dict(info.kwargs)!r}",
-        f"attempts:  {info.attempts}",
+        f"attempts:  {info.attempts}" + (f" of {info.max_attempts}" if info.max_attempts else ""),
+        f"priority:  {info.priority}",
         f"enqueued:  {iso(info.enqueued_at_ms)}",
         f"started:   {iso(info.started_at_ms)}",
         f"finished:  {iso(info.finished_at_ms)}",
     ]
+    if info.progress_raw is not None:
+        lines.append(f"progress:  {_json(info.progress_raw)}")
+    if info.result_raw is not None:
+        lines.append(f"result:    {_json(info.result_raw)}")
     if info.error:
         lines += [f"error:     {info.error.type}: {info.error.message}", info.error.traceback]
     if info.raw is not None:
@@ -118,8 +193,8 @@ def details(info: JobInfo) -> str:
     return "\n".join(lines)
 
 
-def iso(ms: int | None) -> str:
-    """Epoch milliseconds as ISO 8601 in UTC (or "-")."""
-    if ms is None:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+def _json(raw: bytes) -> str:
+    try:
+        return orjson.dumps(orjson.loads(raw)).decode()
+    except orjson.JSONDecodeError:
+        return repr(raw)

@@ -102,8 +102,11 @@ async def counts(redis: Redis, keys: QueueKeys) -> QueueCounts:
         pipe.zcard(keys.dead)
         replies = await pipe.execute()
     *ready, skips, scheduled, active, dead = replies
-    listed = sum(int(n) for n in ready)
-    return QueueCounts(max(0, listed - int(skips or 0)), int(scheduled), int(active), int(dead))
+    by_priority = {level: int(n) for level, n in enumerate(ready) if int(n)}
+    listed = sum(by_priority.values())
+    return QueueCounts(
+        max(0, listed - int(skips or 0)), int(scheduled), int(active), int(dead), by_priority
+    )
 
 
 async def job_ids(redis: Redis, keys: QueueKeys, *, batch: int) -> AsyncIterator[list[bytes]]:

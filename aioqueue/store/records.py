@@ -186,6 +186,9 @@ class QueueCounts:
     scheduled: int
     active: int
     dead: int
+    # ready-list entries per priority level (levels with none left out); these include
+    # the entries of cancelled jobs that take has yet to skip, which ``ready`` does not
+    ready_by_priority: Mapping[int, int] = field(default_factory=dict, compare=False)
 
 
 # -- what the scripts take and return --------------------------------------------------

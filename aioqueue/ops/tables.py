@@ -1,0 +1,119 @@
+"""What ``aioqueue info`` and ``aioqueue jobs`` print: readable tables (rich), built from
+plain snapshots so that they can be tested without a terminal."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from ..store.records import JobInfo, MinuteCounts, QueueCounts
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSnapshot:
+    """One queue's row of ``aioqueue info``."""
+
+    name: str
+    counts: QueueCounts
+    history: Sequence[MinuteCounts]  # the last two minutes, the current one last
+    workers: Sequence[dict[str, Any]]
+
+    def per_second(self, field: str, now_ms: int | None = None) -> float:
+        """The rate of an outcome over the last minute: this minute's count, plus the
+        previous minute's weighted by how much of it the last 60 s still cover."""
+        if not self.history:
+            return 0.0
+        current = self.history[-1]
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        into = min(max((now_ms - current.minute_ms) / 60_000, 0.0), 1.0)
+        total = float(_count(current, field))
+        if len(self.history) > 1:
+            total += _count(self.history[-2], field) * (1.0 - into)
+        return total / 60.0
+
+
+def _count(minute: MinuteCounts, field: str) -> int:
+    return minute.failures if field == "failures" else int(getattr(minute, field))
+
+
+def info_table(queues: Sequence[QueueSnapshot], *, now_ms: int | None = None) -> Table:
+    """Per queue: ready (by priority), scheduled, active, dead, completed and failed per
+    second over the last minute, live workers and the jobs they run."""
+    table = Table(title="aioqueue", title_justify="left")
+    table.add_column("queue", no_wrap=True, min_width=max((len(q.name) for q in queues), default=5))
+    for name in ("ready", "sched", "active", "dead", "done/s", "fail/s", "workers"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for queue in queues:
+        counts = queue.counts
+        running = sum(int(worker.get("running", 0)) for worker in queue.workers)
+        table.add_row(
+            queue.name,
+            _ready(counts),
+            str(counts.scheduled),
+            str(counts.active),
+            f"[red]{counts.dead}[/red]" if counts.dead else "0",
+            f"{queue.per_second('complete', now_ms):.2f}",
+            f"{queue.per_second('failures', now_ms):.2f}",
+            f"{len(queue.workers)} ({running} running)" if queue.workers else "[red]none[/red]",
+        )
+    return table
+
+
+def _ready(counts: QueueCounts) -> str:
+    levels = sorted(counts.ready_by_priority.items(), reverse=True)
+    if len(levels) <= 1:
+        return str(counts.ready)
+    split = " ".join(f"p{level}:{n}" for level, n in levels)
+    return f"{counts.ready} ({split})"
+
+
+def jobs_table(
+    state: str, jobs: Sequence[JobInfo], due_ms: Mapping[str, int] | None = None
+) -> Table:
+    """A page of jobs: id, task, status, attempts, priority, enqueued (or, with
+    ``due_ms``, when each is due), and the error."""
+    table = Table(title=f"{state} jobs", title_justify="left")
+    table.add_column(
+        "id", no_wrap=True, min_width=min(max((len(j.id) for j in jobs), default=2), 40)
+    )
+    when = "due (UTC)" if due_ms is not None else "enqueued (UTC)"
+    for name in ("task", "status", "tries", "prio", when):
+        table.add_column(name, no_wrap=True)
+    table.add_column("error", overflow="fold", min_width=10)
+    for info in jobs:
+        error = f"{info.error.type}: {info.error.message}" if info.error else ""
+        attempts = (
+            f"{info.attempts}/{info.max_attempts}" if info.max_attempts > 0 else str(info.attempts)
+        )
+        table.add_row(
+            info.id, info.task or "?", str(info.status), attempts, str(info.priority),
+            _short_time(info.enqueued_at_ms if due_ms is None else due_ms.get(info.id)), error,
+        )  # fmt: skip
+    return table
+
+
+def _short_time(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def console() -> Console:
+    """stdout: as wide as the terminal, or wide enough not to wrap rows in a pipe."""
+    out = Console()
+    return out if out.is_terminal else Console(width=200, soft_wrap=True)
+
+
+def iso(ms: int | None) -> str:
+    """Epoch milliseconds as ISO 8601 in UTC (or "-")."""
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")

@@ -85,7 +85,8 @@ class Job(Generic[R_co]):
         """Wait for the job to finish and return its result, or raise its error.
 
         Returns as soon as the job settles: the worker's ack announces it (pub/sub), so
-        a waiter reads the job twice (status, then the record), however long it waits.
+        a waiter reads the job twice (its status on entry, its record when announced),
+        however long it waits.
         ``poll_interval`` is a safety net: how often to look anyway, in case an
         announcement was lost with a connection.
 
@@ -94,9 +95,9 @@ class Job(Generic[R_co]):
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         async with self._source.settled(self.id) as settled:
+            finished = (await self.status()).finished  # one small field, before any wait
             while True:
-                settled.clear()  # set from here on: look again
-                if (await self.status()).finished:
+                if finished:
                     return self._outcome(await self.info())  # type: ignore[no-any-return]
                 pause = poll_interval
                 if deadline is not None:
@@ -105,6 +106,10 @@ class Job(Generic[R_co]):
                         raise ResultTimeout(self.id, timeout or 0.0)
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(settled.wait(), pause)
+                settled.clear()  # set from here on: look again
+                info = await self.info()  # announced (or time to look): the record at once
+                if info.status.finished:
+                    return self._outcome(info)  # type: ignore[no-any-return]
 
     def _outcome(self, info: JobInfo) -> Any:
         if info.status is JobStatus.COMPLETE:

@@ -4,6 +4,7 @@ a waiter reads the job a fixed number of times however long it waits."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -16,17 +17,19 @@ NEVER = 3600.0  # a poll interval that never comes round within a test
 
 
 class CountingReads:
-    """Counts the status reads a queue makes for its waiters."""
+    """Counts the reads (status or record) a queue makes for its waiters."""
 
     def __init__(self, queue: aioqueue.Queue, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls = 0
-        original = queue.status
+        for name in ("status", "info"):
+            monkeypatch.setattr(queue, name, self._counted(getattr(queue, name)))
 
-        async def status(job_id: str) -> aioqueue.JobStatus | None:
+    def _counted(self, read: Any) -> Any:
+        async def counted(job_id: str) -> Any:
             self.calls += 1
-            return await original(job_id)
+            return await read(job_id)
 
-        monkeypatch.setattr(queue, "status", status)
+        return counted
 
 
 async def test_a_waiter_reads_the_job_twice_however_long_it_runs(
@@ -53,7 +56,7 @@ async def test_a_waiter_reads_the_job_twice_however_long_it_runs(
     finally:
         worker.request_stop()
         await asyncio.wait_for(running, 10)
-    assert reads.calls == 2  # once on entry, once when announced
+    assert reads.calls == 2  # its status on entry, its record when announced
 
 
 async def test_many_waiters_share_one_subscription(app: aioqueue.App, redis: Redis) -> None:

@@ -10,8 +10,9 @@ trip, the settled announcement, and the waiter's two reads.
 
   (a) sequential: enqueue one job, wait for it, N times (latency p50/p99/max)
   (b) concurrent: W waiters at once on W jobs that run 0.2 to 0.4 s (ending one by one
-      over 0.2 s), so every waiter is waiting long before its job ends (latency p50/p99, and the producer's Redis calls
-      per waiter: counted on its client, they stay the same however long a job runs)
+      over 0.2 s), so every waiter is waiting long before its job ends (latency p50/p99,
+      and the producer's Redis calls per waiter: counted on its client, they stay the
+      same however long a job runs)
 
 Polling (the old ``result()``) is not a mode here: its latency was the poll interval
 (up to 50 ms) and its calls grew with the wait.

@@ -40,7 +40,7 @@ def layer(module: str) -> int:
         return CORE
     if module in _PRODUCER:
         return PRODUCER
-    if module in _EDGE or module == "ops" or module.startswith("ops."):
+    if module in _EDGE or module.split(".")[0] in ("ops", "web"):
         return EDGE
     if module == "store" or module.startswith("store."):
         return STORE

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 
 from ..errors import AioqueueError, describe
+from .channels import PING_AFTER, SILENCE_LIMIT, listen
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -33,8 +34,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-PING_AFTER = 1.0  # seconds of silence before the listener PINGs its connection
-SILENCE_LIMIT = 3.0  # seconds of silence (no message, no pong) before it reconnects
 RETRY_PAUSE = 0.5  # after a failed connection, before the next try
 CONFIRM_WITHIN = 2.0  # how long a waiter waits for its subscription to be confirmed
 
@@ -135,25 +134,13 @@ class SettledListener:
     async def _listen(self) -> None:
         pubsub = (await self._client()).pubsub()
         self._pubsub = pubsub
-        loop = asyncio.get_running_loop()
         try:
             sent = list(self._channels)
             await pubsub.subscribe(self._wake_channel, *sent)
             self._connected.set()
             if added := [channel for channel in self._channels if channel not in sent]:
                 await pubsub.subscribe(*added)  # asked for while the first was under way
-            heard = pinged = loop.time()
-            while not self._closing:
-                message = await pubsub.get_message(timeout=PING_AFTER)
-                now = loop.time()
-                if message is not None:
-                    heard = now
-                    self._heard(message)
-                elif now - heard > SILENCE_LIMIT:
-                    raise ConnectionError(f"no reply to PING for {now - heard:.1f}s")
-                elif now - max(heard, pinged) >= PING_AFTER:
-                    await pubsub.ping()
-                    pinged = now
+            await listen(pubsub, self._heard, lambda: self._closing)
         finally:
             self._pubsub = None
             with contextlib.suppress(RedisError, OSError):

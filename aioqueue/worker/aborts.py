@@ -4,21 +4,19 @@
 cancels the job's asyncio task as soon as the message arrives. A worker that misses the
 message (it was reconnecting) sees the mark at its next lease renewal instead.
 
-A subscribed connection only listens, so a dead one (a half-open cut: a NAT or firewall
-forgot it, no FIN or RST ever comes) looks exactly like a quiet one. The listener PINGs
-after a second of silence and subscribes again on a new connection when no reply comes
-within SILENCE_LIMIT: aborts come back to pub/sub speed within seconds, not never.
+A dead subscribed connection (a half-open cut) is found by PING (``store/channels.py``) and
+replaced: aborts come back to pub/sub speed within seconds, not never.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
 from ..errors import describe
+from ..store.channels import ChannelSilent, listen
 from .loops import RETRY_PAUSE, Component, wait_event
 
 if TYPE_CHECKING:
@@ -29,13 +27,6 @@ if TYPE_CHECKING:
     from ..store.keys import QueueKeys
 
 logger = logging.getLogger(__name__)
-
-PING_AFTER = 1.0  # seconds of silence before the listener PINGs its connection
-SILENCE_LIMIT = 3.0  # seconds of silence (no message, no pong) before it reconnects
-
-
-class ChannelSilent(ConnectionError):
-    """The subscribed connection answers nothing, not even PING: reconnect."""
 
 
 class AbortListener(Component):
@@ -76,21 +67,9 @@ class AbortListener(Component):
 
     async def _listen(self) -> None:
         pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
-        loop = asyncio.get_running_loop()
         try:
             await pubsub.subscribe(*self._queue_of, self._wake_channel)
-            heard = pinged = loop.time()
-            while not self.stopping.is_set():
-                message = await pubsub.get_message(timeout=min(self._poll, PING_AFTER))
-                now = loop.time()
-                if message is not None:
-                    heard = now
-                    self._heard(message)
-                elif now - heard > SILENCE_LIMIT:
-                    raise ChannelSilent(f"no reply to PING for {now - heard:.1f}s")
-                elif now - max(heard, pinged) >= PING_AFTER:
-                    await pubsub.ping()
-                    pinged = now
+            await listen(pubsub, self._heard, self.stopping.is_set, poll=self._poll)
         finally:
             await pubsub.aclose()  # type: ignore[no-untyped-call]
 

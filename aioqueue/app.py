@@ -6,6 +6,8 @@ import asyncio
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, overload
 
+from redis.exceptions import RedisError
+
 from .backoff import Backoff, Exponential
 from .errors import ConfigError, ServerUnavailable
 from .periodic import Missed, Periodic
@@ -19,7 +21,7 @@ from .settings import (
     prefix_from_env,
     redis_url_from_env,
 )
-from .store.connection import Clients, make_clients
+from .store.connection import Clients, failure, make_clients
 from .store.scripts import load_all
 from .store.server import warn_if_evicting
 from .store.settled import SettledListener
@@ -92,6 +94,8 @@ class App:
         self._queues: dict[str, Queue] = {}
         self._clients: Clients | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._connecting: asyncio.Lock | None = None  # see _connect
+        self._connecting_loop: asyncio.AbstractEventLoop | None = None
         self._url_override: str | None = None
         self._settled: SettledListener | None = None
 
@@ -320,8 +324,12 @@ class App:
         self._url_override = check_redis_url(url) if url else None
 
     async def client(self) -> Redis:
-        """The app's Redis client for the running event loop (created on first use)."""
-        return (await self._connect()).shared
+        """The app's Redis client for the running event loop (created on first use).
+        Raises ServerUnavailable (or AuthenticationFailed, ...) if Redis cannot be used."""
+        try:
+            return (await self._connect()).shared
+        except RedisError as exc:
+            raise failure(exc, self.redis_url or "") or exc from exc
 
     async def internal_client(self) -> Redis:
         """The client for aioqueue's own bounded traffic (enqueues, worker loops)."""
@@ -329,6 +337,16 @@ class App:
 
     async def _connect(self) -> Clients:
         loop = asyncio.get_running_loop()
+        if self._clients is not None and self._client_loop is loop:
+            return self._clients
+        # First uses that race (a page's reads fanned out at once) share one connect:
+        # each would otherwise build clients of its own, and all but one would leak.
+        if self._connecting is None or self._connecting_loop is not loop:
+            self._connecting, self._connecting_loop = asyncio.Lock(), loop
+        async with self._connecting:
+            return await self._connect_once(loop)
+
+    async def _connect_once(self, loop: asyncio.AbstractEventLoop) -> Clients:
         if self._clients is None or self._client_loop is not loop:
             url = self.redis_url
             if not url:

@@ -415,3 +415,32 @@ async def test_giving_up_acks_names_the_jobs_and_they_run_again(
 
 async def _now(value: bool) -> bool:
     return value
+
+
+async def test_ctrl_c_reaches_each_of_several_processes_once(
+    cli_env: dict[str, str], redis_url: str, prefix: str
+) -> None:
+    """With -p 2, the terminal's SIGINT reached each child directly and again forwarded by
+    the parent: the second one skipped the grace and cancelled the running jobs."""
+    app = aioqueue.App(redis_url=redis_url, prefix=prefix)
+    jobs = [await app.queue().enqueue("nap", 1.5) for _ in range(4)]
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "aioqueue", "worker", TARGET, "-p", "2", "-c", "2",
+        "--grace", "30", env=cli_env, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    try:
+        await wait_until(lambda: _all(jobs, aioqueue.JobStatus.ACTIVE), timeout=20)
+        os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C does
+        assert process.stderr is not None
+        rest = await asyncio.wait_for(process.stderr.read(), 30)
+        assert await process.wait() == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+    assert [await job.status() for job in jobs] == [aioqueue.JobStatus.COMPLETE] * 4
+    assert b"second" not in rest and b"cancelling running jobs now" not in rest
+    await app.close()
+
+
+async def _all(jobs: list[aioqueue.Job[str]], status: aioqueue.JobStatus) -> bool:
+    return all([await job.status() is status for job in jobs])

@@ -1,10 +1,13 @@
 """The connection policy: options redis-py versions differ on are only passed where the
-installed version takes them (pyproject allows redis-py 5.2 to 8)."""
+installed version takes them (pyproject allows redis-py 5.2 to 8); one client set per App."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+import aioqueue
 from aioqueue.store import connection
 
 
@@ -26,3 +29,12 @@ def test_no_maintenance_option_for_connections_that_lack_it(
 ) -> None:
     monkeypatch.setattr(connection, "AbstractConnection", OldConnection)
     assert connection._no_maintenance_handshake() == {}
+
+
+async def test_first_uses_that_race_share_one_client(redis_url: str, prefix: str) -> None:
+    """Each of ten reads fanned out on a fresh App once built clients of its own, and all
+    but one leaked."""
+    app = aioqueue.App(redis_url=redis_url, prefix=prefix)
+    clients = await asyncio.gather(*(app.client() for _ in range(10)))
+    assert len({id(client) for client in clients}) == 1
+    await app.close()

@@ -25,7 +25,7 @@ from ..errors import AioqueueError, ConfigError, describe
 from ..settings import ENV_REDIS_URL, WORKER_DEFAULTS, mask_url
 from . import logs
 from .commands import run_check, run_dead, run_info, run_job, run_jobs, run_reconcile
-from .serve import run_worker
+from .serve import run_dashboard, run_worker
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Sequence
@@ -41,6 +41,7 @@ COMMANDS = {
     "job": "show or cancel one job",
     "dead": "list, show, requeue or purge dead jobs",
     "reconcile": "put back jobs whose queue entry vanished (after an eviction)",
+    "dashboard": "serve the web dashboard (pip install 'aioqueue[web]')",
 }
 
 ACTIONS = {"dead": ["ls", "show", "requeue", "purge"], "jobs": ["ls"], "job": ["show", "cancel"]}
@@ -108,7 +109,7 @@ def command_parser(command: str) -> argparse.ArgumentParser:
     _log_options(parser, argparse.SUPPRESS)
     {"worker": _worker_options, "check": _queues_option, "dead": _dead_options,
      "reconcile": _queues_option, "info": _info_options, "jobs": _jobs_options,
-     "job": _job_options}[command](parser)  # fmt: skip
+     "job": _job_options, "dashboard": _dashboard_options}[command](parser)  # fmt: skip
     return parser
 
 
@@ -134,6 +135,25 @@ def _jobs_options(parser: argparse.ArgumentParser) -> None:
 def _job_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("id", help="the job id")
     parser.add_argument("-q", "--queue", help="the queue (default: the app's default queue)")
+
+
+def _dashboard_options(parser: argparse.ArgumentParser) -> None:
+    _queues_option(parser)
+    add = parser.add_argument
+    add("--host", default="127.0.0.1", help="the address to listen on (default: %(default)s)")
+    add("--port", type=_port, default=8080, help="the port (default: %(default)s)")
+    add(
+        "--actions", action="store_true",
+        help="show the cancel, requeue and purge buttons (default: read-only)",
+    )  # fmt: skip
+    add("--root-path", default="", help="the path prefix a reverse proxy serves it under")
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 < value < 65536:
+        raise argparse.ArgumentTypeError(f"must be a port from 1 to 65535, not {text}")
+    return value
 
 
 def _positive(text: str) -> float:
@@ -200,6 +220,15 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
         help="with --burst: exit without waiting for the delayed retries of jobs it ran",
     )
     add("--uvloop", action="store_true", help="run on uvloop (pip install aioqueue[uvloop])")
+    add(
+        "--metrics-port", type=_port, metavar="PORT",
+        help="serve Prometheus metrics on http://HOST:PORT/metrics; with -p N, the "
+        "processes take PORT, PORT+1, ... (pip install 'aioqueue[metrics]'; default: off)",
+    )  # fmt: skip
+    add(
+        "--metrics-host", default="127.0.0.1",
+        help="the address the metrics are served on (default: %(default)s)",
+    )  # fmt: skip
 
 
 def _dead_options(parser: argparse.ArgumentParser) -> None:
@@ -226,6 +255,7 @@ ONE_SHOT: dict[str, Callable[[App, argparse.Namespace], Coroutine[Any, Any, int]
     "job": run_job,
     "dead": run_dead,
     "reconcile": run_reconcile,
+    "dashboard": run_dashboard,
 }
 
 

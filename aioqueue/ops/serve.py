@@ -1,5 +1,5 @@
 """``aioqueue worker``: run a worker process (or several), on the configured Redis or on an
-embedded server started for the command's lifetime.
+embedded server started for the command's lifetime; and ``aioqueue dashboard``.
 
 Everything the user typed is checked before anything starts (no server is started for a
 worker that cannot run). The embedded server lives in a session of its own, so that a
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..settings import ENV_REDIS_URL, WorkerSettings
-from ..store.embedded import EmbeddedServer
+from ..store.embedded import EmbeddedServer, die_with_parent
 
 if TYPE_CHECKING:
     import argparse
@@ -36,6 +36,8 @@ def worker_settings(app: App, args: argparse.Namespace) -> WorkerSettings:
     """The worker's settings from the command line, checked (raises ConfigError)."""
     if args.processes < 1:
         raise ConfigError("--processes must be at least 1")
+    if args.metrics_port is not None and args.metrics_port + args.processes > 65536:
+        raise ConfigError(f"--metrics-port {args.metrics_port} leaves no port for each process")
     return WorkerSettings(
         queues=tuple(args.queues or app.queue_names()),
         concurrency=args.concurrency,
@@ -50,16 +52,51 @@ def worker_settings(app: App, args: argparse.Namespace) -> WorkerSettings:
 def run_worker(app: App, args: argparse.Namespace) -> int:
     settings = worker_settings(app, args)
     loop = _new_loop(args.uvloop)  # checked before a server starts, like the rest
-    with _redis_for(app):
-        if args.processes > 1:
-            loop.close()
+    if args.processes > 1:
+        loop.close()
+        with _redis_for(app):
             return _run_processes(app, args)
+    with _metrics_for(app, settings, args), _redis_for(app):
         worker = app.worker(
             queues=settings.queues, concurrency=settings.concurrency, lease=settings.lease,
             grace=settings.grace, burst=settings.burst, wait_retries=settings.wait_retries,
             queue_order=settings.queue_order,
         )  # fmt: skip
         _run_leaving_abandoned_tasks(loop, _serve(app, worker))
+    return 0
+
+
+@contextlib.contextmanager
+def _metrics_for(app: App, settings: WorkerSettings, args: argparse.Namespace) -> Iterator[None]:
+    """Serve the worker's Prometheus metrics while it runs, if asked (the port is bound
+    before anything else starts, so a taken port is the first error, not the last)."""
+    if args.metrics_port is None:
+        yield
+        return
+    try:
+        from .metrics import instrument, start_metrics_server
+    except ModuleNotFoundError as exc:
+        raise ConfigError(
+            f"--metrics-port needs {exc.name}: pip install 'aioqueue[metrics]'"
+        ) from exc
+    metrics = instrument(app, queues=settings.queues)
+    with start_metrics_server(metrics, args.metrics_port, args.metrics_host) as server:
+        logger.info("Prometheus metrics on %s", server.url)
+        yield
+
+
+async def run_dashboard(app: App, args: argparse.Namespace) -> int:
+    """``aioqueue dashboard``: serve the web dashboard until Ctrl-C or SIGTERM."""
+    if not app.redis_url:
+        raise ConfigError(f"dashboard needs a Redis URL (--redis-url or {ENV_REDIS_URL})")
+    try:
+        from ..web import serve
+    except ModuleNotFoundError as exc:
+        raise ConfigError(f"dashboard needs {exc.name}: pip install 'aioqueue[web]'") from exc
+    await serve(
+        app, host=args.host, port=args.port, actions=args.actions, queues=args.queues,
+        root_path=args.root_path, log_level=args.log_level,
+    )  # fmt: skip
     return 0
 
 
@@ -124,8 +161,18 @@ def _run_processes(app: App, args: argparse.Namespace) -> int:
     argv += ["--burst"] if args.burst else []
     argv += [] if args.wait_retries else ["--no-wait-retries"]
     argv += ["--uvloop"] if args.uvloop else []
+    argv += ["--metrics-host", args.metrics_host]
     env = {**os.environ, ENV_REDIS_URL: app.redis_url or ""}
-    children = [subprocess.Popen(argv, env=env) for _ in range(args.processes)]
+    # Each child in a session of its own: a terminal's Ctrl-C (sent to the whole group)
+    # reaches it once, forwarded by this process, not twice (a second signal skips the
+    # grace). It still dies with this process (PDEATHSIG), even after a kill -9 here.
+    die = die_with_parent if sys.platform == "linux" else None
+    children = [
+        subprocess.Popen(
+            argv + _metrics_port(args, index), env=env, start_new_session=True, preexec_fn=die
+        )
+        for index in range(args.processes)
+    ]
 
     def forward(sig: int, _frame: object) -> None:
         for child in children:
@@ -135,3 +182,7 @@ def _run_processes(app: App, args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
     return max(child.wait() for child in children)
+
+
+def _metrics_port(args: argparse.Namespace, index: int) -> list[str]:
+    return [] if args.metrics_port is None else ["--metrics-port", str(args.metrics_port + index)]

@@ -58,7 +58,7 @@ DIR_PREFIX = "aioqueue-redis-"
 OWNER_FILE = "owner.pid"
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child, before exec
+def die_with_parent() -> None:  # pragma: no cover - runs in the child, before exec
     """Linux: SIGTERM this process when the one that started it dies (PR_SET_PDEATHSIG)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
@@ -143,7 +143,7 @@ class EmbeddedServer:
             args += ["--appendfsync", "always"]
         self._process = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            preexec_fn=die_with_parent if sys.platform == "linux" else None,
         )  # fmt: skip
         self._wait_for_ping(timeout)
         return self.url

@@ -28,7 +28,7 @@ from redis.exceptions import AuthenticationError, NoPermissionError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..errors import describe
+from ..errors import ServerRefused, ServerUnavailable, describe
 from ..settings import WORKER_DEFAULTS, WorkerSettings, mask_url
 from ..store.keys import QueueKeys
 from .aborts import AbortListener
@@ -174,12 +174,13 @@ class Worker:
         while True:
             try:
                 return await self.app.internal_client()
-            except (AuthenticationError, NoPermissionError):
+            except (AuthenticationError, NoPermissionError, ServerRefused):
                 raise
-            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            except (ServerUnavailable, RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                cause = exc.__cause__ if isinstance(exc, ServerUnavailable) else exc
                 logger.warning(
                     "cannot reach Redis at %s: %s; trying again in %.1fs",
-                    mask_url(self.app.redis_url or ""), describe(exc), pause,
+                    mask_url(self.app.redis_url or ""), describe(cause or exc), pause,
                 )  # fmt: skip
             if await wait_event(self._stop_requested, pause):
                 return None

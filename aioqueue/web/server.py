@@ -1,0 +1,74 @@
+"""Run the dashboard alone, on uvicorn (what ``aioqueue dashboard`` calls)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+from typing import TYPE_CHECKING
+
+import uvicorn
+
+from .dashboard import create_dashboard
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
+    from ..app import App
+    from .guard import Authorize
+
+logger = logging.getLogger(__name__)
+
+
+async def serve(
+    app: App,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    actions: bool = False,
+    authorize: Authorize | None = None,
+    queues: Sequence[str] | None = None,
+    title: str = "aioqueue",
+    root_path: str = "",
+    log_level: str = "info",
+) -> None:
+    """Serve ``app``'s dashboard on ``host:port`` until the process is told to stop
+    (Ctrl-C or SIGTERM: it then returns). ``root_path``: the path prefix a reverse
+    proxy serves it under. The options are those of ``create_dashboard``. The caller
+    owns ``app`` (close it afterwards)."""
+    dashboard = create_dashboard(
+        app, queues=queues, actions=actions, authorize=authorize, title=title
+    )
+    config = uvicorn.Config(
+        dashboard, host=host, port=port, root_path=root_path, log_level=log_level,
+        lifespan="off", ws="none", proxy_headers=False,
+    )  # fmt: skip
+    if actions and authorize is None and host not in ("127.0.0.1", "::1", "localhost"):
+        logger.warning(
+            "dashboard actions are on with no authorize hook, on %s: anyone who reaches it "
+            "can cancel, requeue and purge jobs (put it behind your own authentication)",
+            host,
+        )
+    where = f"http://{host}:{port}{root_path}/"
+    logger.info("aioqueue dashboard on %s (actions %s)", where, "on" if actions else "off")
+    await _Server(config).serve()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, except that a signal that stopped it is not raised again afterwards (which
+    kills the process: Ctrl-C would end ``aioqueue dashboard`` with status -2, and code
+    after ``await serve()``, closing the app, would never run)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield  # signals reach the main thread only
+            return
+        stops = (signal.SIGINT, signal.SIGTERM)
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in stops}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)

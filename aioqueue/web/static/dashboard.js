@@ -1,0 +1,86 @@
+/* aioqueue dashboard: refresh the [data-live] part of the page every 2 s, ask before
+   destructive actions, and show an action's banner only once. Plain JS, no library.
+
+   A refresh never lands under the user's hand: not while a button is pressed, a control
+   inside the live part has the keyboard focus, text in it is selected, or a form is being
+   sent; and an unchanged fragment leaves the page alone. */
+(function () {
+  "use strict";
+  var PERIOD_MS = 2000;
+  var live = document.querySelector("[data-live]");
+  var status = document.getElementById("live-status");
+  var busy = false;
+  var pressed = false;
+  var leaving = false;
+  var shown = live ? live.innerHTML : "";
+
+  function setStatus(state) {
+    if (status) status.setAttribute("data-state", state);
+  }
+
+  function inUse() {
+    if (pressed || leaving || document.hidden) return true;
+    var focused = document.activeElement;
+    if (focused && focused !== document.body && live.contains(focused)) return true;
+    var selection = window.getSelection();
+    return Boolean(selection && !selection.isCollapsed && live.contains(selection.anchorNode));
+  }
+
+  function apply(response, html) {
+    if (response.ok && live.hasAttribute("data-reload-on-ok")) {
+      window.location.reload();  // Redis is back: show the page itself again
+      return;
+    }
+    setStatus(response.ok ? "ok" : "error");
+    if (html === shown || inUse()) return;
+    live.innerHTML = html;
+    shown = html;
+  }
+
+  function refresh() {
+    if (busy || inUse()) return;
+    var url = new URL(window.location.href);
+    url.searchParams.set("partial", "1");
+    busy = true;
+    fetch(url, { credentials: "same-origin", cache: "no-store", headers: { "Accept": "text/html" } })
+      .then(function (response) {
+        return response.text().then(function (html) { apply(response, html); });
+      })
+      .catch(function () { setStatus("offline"); })
+      .then(function () { busy = false; });
+  }
+
+  if (live) {
+    window.setInterval(refresh, PERIOD_MS);
+    document.addEventListener("pointerdown", function () { pressed = true; }, true);
+    document.addEventListener("pointerup", function () { pressed = false; }, true);
+    document.addEventListener("pointercancel", function () { pressed = false; }, true);
+  } else if (status) {
+    status.hidden = true;
+  }
+
+  document.addEventListener("submit", function (event) {
+    var message = event.target.getAttribute("data-confirm");
+    if (message && !window.confirm(message)) {
+      event.preventDefault();
+      return;
+    }
+    leaving = true;  // the page is about to be replaced: stop touching it
+    var button = event.target.querySelector("button[type=submit]");
+    if (button) button.disabled = true;  // one click, one action
+  });
+
+  window.addEventListener("pageshow", function () {  // back to this page from the cache
+    leaving = false;
+    document.querySelectorAll("button[type=submit][disabled]").forEach(function (button) {
+      button.disabled = false;
+    });
+  });
+
+  var here = new URL(window.location.href);
+  if (here.searchParams.has("done")) {
+    here.searchParams.delete("done");
+    here.searchParams.delete("n");
+    window.history.replaceState(null, "", here);
+  }
+})();

@@ -1,0 +1,148 @@
+"""What each page shows, read through the public Queue API only (never Redis itself).
+
+Each function gathers one page's reads concurrently and returns plain values for its
+template; the handlers in ``dashboard`` only choose the page and render it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from .chart import Chart, merge, throughput
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ..app import App
+    from ..periodic import Periodic
+    from ..queue import Queue
+    from ..store.records import JobInfo, MinuteCounts, QueueCounts
+
+State = Literal["ready", "scheduled", "active", "dead"]
+STATES: tuple[State, ...] = ("ready", "scheduled", "active", "dead")
+HISTORY_MINUTES = 60
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSummary:
+    """One queue on the overview: its counts, its last hour, its live workers."""
+
+    name: str
+    counts: QueueCounts
+    history: Sequence[MinuteCounts]
+    workers: Sequence[dict[str, Any]]
+
+    @property
+    def last_minute(self) -> MinuteCounts | None:
+        """The last full minute (the current one is still counting)."""
+        return self.history[-2] if len(self.history) >= 2 else None
+
+    @property
+    def hour_complete(self) -> int:
+        return sum(minute.complete for minute in self.history)
+
+    @property
+    def hour_failed(self) -> int:
+        return sum(minute.failures for minute in self.history)
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    queues: Sequence[QueueSummary]
+    workers: Sequence[dict[str, Any]]
+    chart: Chart
+
+    def total(self, state: State) -> int:
+        return sum(getattr(summary.counts, state) for summary in self.queues)
+
+
+async def summarize(queue: Queue) -> QueueSummary:
+    counts, history, workers = await asyncio.gather(
+        queue.counts(), queue.history(minutes=HISTORY_MINUTES), queue.workers()
+    )
+    return QueueSummary(queue.name, counts, history, workers)
+
+
+async def overview(app: App, names: Sequence[str]) -> Overview:
+    """Every queue's counts and last hour, the combined chart, and the live workers
+    (a worker serving several queues is listed once)."""
+    summaries = await asyncio.gather(*(summarize(app.queue(name)) for name in names))
+    workers: dict[str, dict[str, Any]] = {}
+    for summary in summaries:
+        for beat in summary.workers:
+            workers.setdefault(str(beat.get("id")), beat)
+    listed = sorted(workers.values(), key=lambda b: (str(b.get("host")), str(b.get("id"))))
+    chart = throughput(merge(summary.history for summary in summaries))
+    return Overview(summaries, listed, chart)
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """One page of a queue's jobs in one state."""
+
+    queue: str
+    state: State
+    counts: QueueCounts
+    jobs: Sequence[JobInfo]
+    page: int
+    pages: int
+    first: int  # 1-based position of the first row shown
+    chart: Chart
+    due: dict[str, int] = field(default_factory=dict)  # scheduled jobs: due time, epoch ms
+
+    @property
+    def total(self) -> int:
+        return int(getattr(self.counts, self.state))
+
+
+async def listing(queue: Queue, state: State, page: int, page_size: int) -> Listing:
+    """A page of jobs (and, for scheduled ones, when each is due), with the counts of
+    every state for the tabs and the queue's chart."""
+    offset = (page - 1) * page_size
+    due: dict[str, int] = {}
+    counts, jobs, history = await asyncio.gather(
+        queue.counts(),
+        queue.jobs(state, limit=page_size, offset=offset),
+        queue.history(minutes=HISTORY_MINUTES),
+    )
+    if state == "scheduled":
+        entries = await queue.scheduled(limit=page_size, offset=offset)
+        due = {entry.id: entry.due_ms for entry in entries}
+    total = int(getattr(counts, state))
+    pages = max(1, math.ceil(total / page_size))
+    return Listing(
+        queue.name, state, counts, jobs, page, pages, offset + 1, throughput(history), due
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodicRow:
+    spec: Periodic
+    next_ms: int
+    stored: bool  # False: declared in code, not yet written by a worker
+
+    @property
+    def schedule(self) -> str:
+        if self.spec.cron is not None:
+            return f"{self.spec.cron} ({self.spec.tz})"
+        every = self.spec.every or 0.0
+        for unit, seconds in (("d", 86400), ("h", 3600), ("min", 60)):
+            if every >= seconds and every % seconds == 0:
+                return f"every {every / seconds:g} {unit}"
+        return f"every {every:g} s"
+
+
+async def periodic(app: App, names: Sequence[str], now_ms: int) -> list[PeriodicRow]:
+    """The periodic specs of these queues as the workers see them, each with its next
+    tick after ``now_ms``; specs declared in code that no worker has stored yet too."""
+    stored = await asyncio.gather(*(app.queue(name).periodic_specs() for name in names))
+    rows: list[PeriodicRow] = []
+    for name, specs in zip(names, stored, strict=True):
+        known = {spec.name for spec in specs}
+        pending = [spec for spec in app.declared_periodic(name) if spec.name not in known]
+        rows += [PeriodicRow(spec, spec.next_tick(now_ms), True) for spec in specs]
+        rows += [PeriodicRow(spec, spec.next_tick(now_ms), False) for spec in pending]
+    return sorted(rows, key=lambda row: (row.next_ms, row.spec.name))

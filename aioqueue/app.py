@@ -323,6 +323,12 @@ class App:
             raise ConfigError("set_redis_url() must be called while the app is not connected")
         self._url_override = check_redis_url(url) if url else None
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop the app's Redis clients belong to (None until it connects).
+        Code on another thread reads through the app on that loop."""
+        return self._client_loop if self._clients is not None else None
+
     async def client(self) -> Redis:
         """The app's Redis client for the running event loop (created on first use).
         Raises ServerUnavailable (or AuthenticationFailed, ...) if Redis cannot be used."""

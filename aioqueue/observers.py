@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from contextlib import AbstractContextManager
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class JobEvent:
-    """One attempt of a job, as an observer sees it."""
+class JobEvent(NamedTuple):
+    """One attempt of a job, as an observer sees it (a tuple: built once per job, cheaply)."""
 
     id: str
     queue: str
@@ -49,10 +49,34 @@ class Observer:
         (cancelled) or release (handed back by a stopping worker); ``seconds`` it ran."""
 
 
-def notify(observers: tuple[Observer, ...], method: str, *args: object) -> None:
-    """Call ``method`` of each observer; log (never raise) what one raises."""
-    for observer in observers:
+@dataclass(frozen=True, slots=True)
+class JobWatchers:
+    """The job callbacks of an app's observers, looked up once per worker. Only those an
+    observer overrides are kept: a worker whose observers watch no job pays nothing per
+    job, and the others pay a call per callback that does something."""
+
+    started: tuple[Callable[[JobEvent], None], ...] = ()
+    ended: tuple[Callable[[JobEvent, str, float], None], ...] = ()
+
+    @classmethod
+    def of(cls, observers: tuple[Observer, ...]) -> JobWatchers:
+        return cls(
+            tuple(o.job_started for o in observers if _overrides(o, "job_started")),
+            tuple(o.job_ended for o in observers if _overrides(o, "job_ended")),
+        )
+
+    def __bool__(self) -> bool:
+        return bool(self.started or self.ended)
+
+
+def _overrides(observer: Observer, method: str) -> bool:
+    return getattr(type(observer), method) is not getattr(Observer, method)
+
+
+def notify(callbacks: tuple[Callable[..., None], ...], *args: object) -> None:
+    """Call each callback; log (never raise) what one raises."""
+    for callback in callbacks:
         try:
-            getattr(observer, method)(*args)
+            callback(*args)
         except Exception:
-            logger.exception("observer %r failed in %s", observer, method)
+            logger.exception("observer callback %r failed", callback)

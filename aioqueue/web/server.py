@@ -42,7 +42,7 @@ async def serve(
     )
     config = uvicorn.Config(
         dashboard, host=host, port=port, root_path=root_path, log_level=log_level,
-        lifespan="off", ws="none", proxy_headers=False,
+        lifespan="off", ws="none", proxy_headers=False, log_config=None,  # logs as ours do
     )  # fmt: skip
     if actions and authorize is None and host not in ("127.0.0.1", "::1", "localhost"):
         logger.warning(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter
 from dataclasses import dataclass
 from enum import IntEnum
@@ -78,7 +79,7 @@ class RunningJob:
     interrupt: Interrupt | None = None
     overdue_since: float | None = None  # when the watchdog cancelled it again
     settled: bool = False
-    started_at: float = 0.0  # event-loop time its task started
+    started_at: float = 0.0  # time.monotonic() when its task started (if observed)
     event: JobEvent | None = None  # what observers were told of its start (if any)
 
     @property
@@ -187,8 +188,8 @@ class InFlight(Component):
 
     def _start(self, job: RunningJob) -> None:
         loop = asyncio.get_running_loop()
-        if self.env.observers:
-            job.started_at = loop.time()
+        if self.env.watchers:
+            job.started_at = time.monotonic()
         task = loop.create_task(self._run(job))
         job.handle = task
         self.running[task] = job
@@ -217,9 +218,9 @@ class InFlight(Component):
             return  # abandoned, and its handler ended after all
         job.settled = True
         self.outcomes[settlement.outcome] += 1
-        if job.event is not None:
-            ran = asyncio.get_running_loop().time() - job.started_at
-            notify(self.env.observers, "job_ended", job.event, settlement.outcome, ran)
+        if job.event is not None and self.env.watchers.ended:
+            ran = time.monotonic() - job.started_at
+            notify(self.env.watchers.ended, job.event, settlement.outcome, ran)
         if started:
             self.slots.end()
         job.acks.settle(settlement)

@@ -23,7 +23,7 @@ import anyio.to_thread
 
 from ..errors import PayloadError, Retry, SerializationError, UnknownTask, describe
 from ..middleware import JobContext, Middleware, call_hooks, enter_job, wrap
-from ..observers import JobEvent, Observer, notify
+from ..observers import JobEvent, JobWatchers, notify
 from ..store.payload import Payload, encode_error, encode_result
 from ..store.records import Settlement
 
@@ -45,7 +45,7 @@ class RunEnv:
     find_task: Callable[[str], Task[..., Any] | None]
     middleware: Sequence[Middleware] = ()
     state: dict[str, Any] = field(default_factory=dict)
-    observers: tuple[Observer, ...] = ()
+    watchers: JobWatchers = field(default_factory=JobWatchers)  # observers' job callbacks
 
 
 class _Escaped(Exception):
@@ -136,12 +136,13 @@ async def run_hooks(
 
 def _started(job: RunningJob, env: RunEnv, task: str) -> None:
     """Tell the observers (if any) that the job starts."""
-    if not env.observers:
+    if not env.watchers:
         return
     taken = job.taken
     waited = taken.waited_ms / 1000 if taken.waited_ms >= 0 else None
     job.event = JobEvent(taken.job_id, job.queue, task, taken.attempts, waited)
-    notify(env.observers, "job_started", job.event)
+    if env.watchers.started:
+        notify(env.watchers.started, job.event)
 
 
 def _context(

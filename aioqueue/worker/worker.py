@@ -29,6 +29,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..errors import ServerRefused, ServerUnavailable, describe
+from ..observers import JobWatchers
 from ..settings import WORKER_DEFAULTS, WorkerSettings, mask_url
 from ..store.keys import QueueKeys
 from .aborts import AbortListener
@@ -151,7 +152,7 @@ class Worker:
             await hook(self.state)
         app = self.app
         self._inflight.env = RunEnv(
-            app.find_task, tuple(app.middleware_stack), self.state, app.observers
+            app.find_task, tuple(app.middleware_stack), self.state, JobWatchers.of(app.observers)
         )
         queues = [QueueKeys.for_queue(app.settings.prefix, name) for name in self.settings.queues]
         for keys in queues:

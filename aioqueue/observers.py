@@ -12,23 +12,46 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from contextlib import AbstractContextManager
 
+    from .store.records import Taken
+
 logger = logging.getLogger(__name__)
 
 
-class JobEvent(NamedTuple):
-    """One attempt of a job, as an observer sees it (a tuple: built once per job, cheaply)."""
+class JobEvent:
+    """One attempt of a job, as an observer sees it: ``id``, ``queue``, ``task`` ("?" when
+    its payload could not be decoded), ``attempt`` (1 on the first run) and ``waited``
+    (seconds it was ready before a worker took it, on the Redis clock; None if unknown).
 
-    id: str
-    queue: str
-    task: str  # "?" when its payload could not be decoded
-    attempt: int  # 1 on the first run
-    waited: float | None  # seconds it was ready before a worker took it (Redis clock)
+    Built for each callback, so it is cheap: ``id``, ``attempt`` and ``waited`` are read
+    from the taken job only when asked for."""
+
+    __slots__ = ("_taken", "queue", "task")
+
+    def __init__(self, taken: Taken, queue: str, task: str) -> None:
+        self._taken, self.queue, self.task = taken, queue, task
+
+    @property
+    def id(self) -> str:
+        return self._taken.job_id
+
+    @property
+    def attempt(self) -> int:
+        return self._taken.attempts
+
+    @property
+    def waited(self) -> float | None:
+        waited_ms = self._taken.waited_ms
+        return waited_ms / 1000 if waited_ms >= 0 else None
+
+    def __repr__(self) -> str:
+        fields = f"id={self.id!r}, queue={self.queue!r}, task={self.task!r}"
+        return f"JobEvent({fields}, attempt={self.attempt})"
 
 
 class Observer:

@@ -104,7 +104,9 @@ V = TypeVar("V")
 
 
 class _Histogram:
-    """Observations by bucket (not cumulative; the last is +Inf), and their sum."""
+    """Observations by bucket (not cumulative; the last is +Inf), and their sum. The job
+    callbacks add to it inline: ``counts[bisect_left(bounds, value)] += 1`` (bisect_left:
+    a bucket's ``le`` is inclusive), ``total += value``."""
 
     __slots__ = ("bounds", "counts", "total")
 
@@ -113,19 +115,16 @@ class _Histogram:
         self.counts = [0] * (len(bounds) + 1)
         self.total = 0.0
 
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1  # bisect_left: ``le`` is inclusive
-        self.total += value
-
 
 class _Queue:
     """One queue, in this process: its jobs running, and the waits of those started."""
 
-    __slots__ = ("in_flight", "waits")
+    __slots__ = ("in_flight", "tasks", "waits")
 
     def __init__(self, bounds: list[float]) -> None:
         self.in_flight = 0
         self.waits = _Histogram(bounds)
+        self.tasks: dict[str, _Task] = {}  # by registered name, for job_ended
 
 
 class _Task:
@@ -230,18 +229,31 @@ class Metrics(Observer):
         stats.in_flight += 1
         waited = job.waited
         if waited is not None:
-            waits = stats.waits  # observe(), inlined: this runs for every job
+            waits = stats.waits
             waits.counts[bisect_left(waits.bounds, waited)] += 1
             waits.total += waited
 
     def job_ended(self, job: JobEvent, outcome: str, seconds: float) -> None:
         """One job fewer in flight; the attempt counted by outcome, its run time observed."""
-        task = self._tasks.get((job.queue, job.task)) or self._add(
-            self._tasks, (job.queue, self._label(job.task)), _Task(self._queue(job.queue))
-        )
-        task.queue.in_flight -= 1
-        task.runs.observe(seconds)
-        task.outcomes[outcome] = task.outcomes.get(outcome, 0) + 1
+        stats = self._queues.get(job.queue) or self._queue(job.queue)
+        task = stats.tasks.get(job.task) or self._task(job.queue, job.task)
+        stats.in_flight -= 1
+        runs = task.runs
+        runs.counts[bisect_left(runs.bounds, seconds)] += 1
+        runs.total += seconds
+        outcomes = task.outcomes
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+
+    def _task(self, queue: str, name: str) -> _Task:
+        """A (queue, task label) first seen, or a name the app does not know. Registered
+        names are remembered in their queue's own map: looking up a (queue, task) key
+        would build a tuple per job, and each allocation brings the next GC nearer."""
+        stats = self._queue(queue)
+        label = self._label(name)
+        task = self._add(self._tasks, (queue, label), _Task(stats))
+        if label == name:
+            stats.tasks[name] = task  # read by job_ended only: no lock
+        return task
 
     def _queue(self, queue: str) -> _Queue:
         return self._queues.get(queue) or self._add(self._queues, queue, _Queue(self._bounds))

@@ -29,7 +29,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
 from ..errors import HandlerTimeout, LeaseExpired
-from ..observers import notify
+from ..observers import JobEvent, notify
 from ..store.payload import encode_error
 from ..store.records import Settlement
 from .deadlines import Deadlines
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from collections.abc import Coroutine
 
     from ..middleware import CallNext, JobContext
-    from ..observers import JobEvent
     from ..store.records import Taken
     from ..task import Task
     from .acks import AckBatcher
@@ -80,7 +79,13 @@ class RunningJob:
     overdue_since: float | None = None  # when the watchdog cancelled it again
     settled: bool = False
     started_at: float = 0.0  # time.monotonic() when its task started (if observed)
-    event: JobEvent | None = None  # what observers were told of its start (if any)
+    observed_as: str | None = None  # the task name observers were told it started as
+
+    def event(self) -> JobEvent:
+        """What observers see of it: built for each callback rather than kept, so that it
+        dies young (an object kept for the whole run survives collections, and each one
+        that survives makes the garbage collector's next passes longer)."""
+        return JobEvent(self.taken, self.acks.keys.name, self.observed_as or "?")
 
     @property
     def queue(self) -> str:
@@ -188,7 +193,7 @@ class InFlight(Component):
 
     def _start(self, job: RunningJob) -> None:
         loop = asyncio.get_running_loop()
-        if self.env.watchers:
+        if self.env.watchers.ended:  # (tuple tests: this runs for every job)
             job.started_at = time.monotonic()
         task = loop.create_task(self._run(job))
         job.handle = task
@@ -218,9 +223,9 @@ class InFlight(Component):
             return  # abandoned, and its handler ended after all
         job.settled = True
         self.outcomes[settlement.outcome] += 1
-        if job.event is not None and self.env.watchers.ended:
+        if job.observed_as is not None and self.env.watchers.ended:
             ran = time.monotonic() - job.started_at
-            notify(self.env.watchers.ended, job.event, settlement.outcome, ran)
+            notify(self.env.watchers.ended, job.event(), settlement.outcome, ran)
         if started:
             self.slots.end()
         job.acks.settle(settlement)

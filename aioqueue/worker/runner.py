@@ -23,7 +23,7 @@ import anyio.to_thread
 
 from ..errors import PayloadError, Retry, SerializationError, UnknownTask, describe
 from ..middleware import JobContext, Middleware, call_hooks, enter_job, wrap
-from ..observers import JobEvent, JobWatchers, notify
+from ..observers import JobWatchers, notify
 from ..store.payload import Payload, encode_error, encode_result
 from ..store.records import Settlement
 
@@ -136,13 +136,11 @@ async def run_hooks(
 
 def _started(job: RunningJob, env: RunEnv, task: str) -> None:
     """Tell the observers (if any) that the job starts."""
-    if not env.watchers:
-        return
-    taken = job.taken
-    waited = taken.waited_ms / 1000 if taken.waited_ms >= 0 else None
-    job.event = JobEvent(taken.job_id, job.queue, task, taken.attempts, waited)
-    if env.watchers.started:
-        notify(env.watchers.started, job.event)
+    started, ended = env.watchers.started, env.watchers.ended
+    if started or ended:
+        job.observed_as = task
+        if started:
+            notify(started, job.event())
 
 
 def _context(

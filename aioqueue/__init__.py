@@ -25,6 +25,7 @@ from .errors import (
     JobNotFound,
     LeaseExpired,
     LeaseLost,
+    NotAMember,
     PayloadTooLarge,
     PermissionDenied,
     ResultTimeout,
@@ -37,6 +38,7 @@ from .errors import (
     UnknownTask,
 )
 from .job import Job
+from .messaging import ChannelInfo, Group, Mailbox, Message
 from .middleware import JobContext, current_job
 from .observers import JobEvent, Observer
 from .periodic import Periodic
@@ -59,6 +61,7 @@ __all__ = [
     "App",
     "AuthenticationFailed",
     "Backoff",
+    "ChannelInfo",
     "ConfigError",
     "EnqueueCall",
     "EnqueueError",
@@ -66,6 +69,7 @@ __all__ = [
     "ErrorInfo",
     "Exponential",
     "Fixed",
+    "Group",
     "InvalidArguments",
     "Job",
     "JobCancelled",
@@ -79,7 +83,10 @@ __all__ = [
     "JobStatus",
     "LeaseExpired",
     "LeaseLost",
+    "Mailbox",
+    "Message",
     "MinuteCounts",
+    "NotAMember",
     "Observer",
     "PayloadTooLarge",
     "Periodic",

@@ -10,6 +10,7 @@ from redis.exceptions import RedisError
 
 from .backoff import Backoff, Exponential
 from .errors import ConfigError, ServerUnavailable
+from .messaging import DEFAULT_MAX_MESSAGES, Group, Mailbox, unread
 from .periodic import Missed, Periodic
 from .priorities import DEFAULT_PRIORITY, resolve_priority
 from .queue import Queue
@@ -304,6 +305,20 @@ class App:
         if name not in self._queues:
             self._queues[name] = Queue(self, name)
         return self._queues[name]
+
+    def mailbox(self, name: str, *, max_messages: int = DEFAULT_MAX_MESSAGES) -> Mailbox:
+        """The mailbox with this name: anyone sends, one reader fetches (see
+        ``aioqueue.messaging``). ``max_messages`` bounds what it keeps (0: no bound)."""
+        return Mailbox(self, name, max_messages)
+
+    def group(self, name: str, *, max_messages: int = DEFAULT_MAX_MESSAGES) -> Group:
+        """The group with this name: members send, and each reads every message after
+        its own cursor. ``max_messages`` bounds what it keeps (0: no bound)."""
+        return Group(self, name, max_messages)
+
+    async def unread(self, member: str) -> dict[str, int]:
+        """How many messages ``member`` has not acknowledged in each of its groups."""
+        return await unread(self, member)
 
     def worker(self, **options: Any) -> Worker:
         """A Worker for this app; see ``Worker`` for the options."""

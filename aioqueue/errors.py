@@ -4,13 +4,14 @@ AioqueueError
 ├── ConfigError              bad settings or names; raised at construction
 ├── EnqueueError             nothing was written to Redis
 │   ├── SerializationError   args (or a result) are not JSON-serializable
-│   ├── PayloadTooLarge      encoded job exceeds max_payload_bytes
+│   ├── PayloadTooLarge      encoded job (or message) exceeds max_payload_bytes
 │   └── InvalidArguments     the task's handler cannot take these arguments
 ├── JobError                 about one job; has .job_id
 │   ├── JobNotFound
 │   ├── JobFailed            from job.result(); has .error_type, .error and .traceback
 │   ├── JobCancelled
 │   └── ResultTimeout        job.result(timeout=...) ran out of time
+├── NotAMember               a group call names a member who has not joined it
 ├── UnknownTask              a worker has no handler for a job's task: the job goes dead
 ├── PayloadError             bytes in a queue are not an aioqueue job: the job goes dead
 ├── HandlerTimeout           a handler swallowed its timeout's cancellation or blocked the loop
@@ -59,10 +60,10 @@ class SerializationError(EnqueueError, TypeError):
 
 
 class PayloadTooLarge(EnqueueError):
-    """The encoded job is larger than the app's ``max_payload_bytes``."""
+    """The encoded job (or message) is larger than the app's ``max_payload_bytes``."""
 
-    def __init__(self, size: int, limit: int) -> None:
-        super().__init__(f"encoded job is {size} bytes, over the limit of {limit} bytes")
+    def __init__(self, size: int, limit: int, what: str = "job") -> None:
+        super().__init__(f"encoded {what} is {size} bytes, over the limit of {limit} bytes")
         self.size = size
         self.limit = limit
 
@@ -108,6 +109,15 @@ class ResultTimeout(JobError, TimeoutError):
 
     def __init__(self, job_id: str, timeout: float) -> None:
         super().__init__(job_id, f"no result within {timeout}s")
+
+
+class NotAMember(AioqueueError, LookupError):
+    """A group call names a member who has not joined the group (or has left it)."""
+
+    def __init__(self, group: str, member: str) -> None:
+        super().__init__(f"{member!r} is not a member of group {group!r}")
+        self.group = group
+        self.member = member
 
 
 class UnknownTask(AioqueueError, LookupError):

@@ -32,6 +32,15 @@ Roles:
   aborts:<w>  pub/sub channel: a message ends worker w's abort listener's wait (shutdown)
 
 The fields of a job record are listed in ``records.py``.
+
+Messaging (``messaging.py``) has keys of its own, one hash tag per mailbox or group
+(``{mailbox:<name>}``, ``{group:<name>}``: queue names have no colon, so none collide):
+  seq         STRING message counter: ids are 1, 2, 3, ... with no gaps
+  log         ZSET  entry -> id; an entry is "<id>:<sent ms>:<sender>:<JSON body>"
+  cursors     ZSET  reader -> the last id it acknowledged (a mailbox has one reader, "")
+  dropped     STRING messages trimmed by the length bound before every reader had them
+  posted      pub/sub channel (not a key): "1:*" after each post wakes waiting fetches
+and one per member: ``{member:<name>}:groups`` SET, the groups it has joined.
 """
 
 from __future__ import annotations
@@ -182,3 +191,44 @@ class QueueKeys:
     def wake(self, worker_id: str, listener: str = "take") -> str:
         """The wake-up list of one blocking loop of one worker ("take", "schedule")."""
         return f"{self.base}:wake:{listener}:{worker_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelKeys:
+    """The keys of one mailbox or group, all in one Cluster slot."""
+
+    kind: str  # "mailbox" or "group"
+    name: str
+    base: str  # "<prefix>:{<kind>:<name>}"
+
+    @classmethod
+    def of(cls, prefix: str, kind: str, name: str) -> ChannelKeys:
+        validate_name(kind, name)
+        return cls(kind, name, f"{prefix}:{{{kind}:{name}}}")
+
+    @property
+    def seq(self) -> str:
+        return f"{self.base}:seq"
+
+    @property
+    def log(self) -> str:
+        return f"{self.base}:log"
+
+    @property
+    def cursors(self) -> str:
+        return f"{self.base}:cursors"
+
+    @property
+    def posted_channel(self) -> str:
+        """Pub/sub channel (not a key) on which each post wakes the fetches that wait."""
+        return f"{self.base}:posted"
+
+    @property
+    def dropped(self) -> str:
+        return f"{self.base}:dropped"
+
+
+def member_groups(prefix: str, member: str) -> str:
+    """The SET of groups ``member`` has joined (in the member's own slot)."""
+    validate_name("member", member)
+    return f"{prefix}:{{member:{member}}}:groups"

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
     from redis.asyncio.connection import AbstractConnection
 
-    from .keys import QueueKeys
+    from .keys import ChannelKeys, QueueKeys
 
 _ENQUEUE = Script("enqueue")
 _TAKE = Script("take")
@@ -50,10 +50,16 @@ _RESCHEDULE = Script("reschedule")
 _TRIM_DEAD = Script("trim_dead")
 _RECONCILE = Script("reconcile")
 _PROGRESS = Script("progress")
+_CHANNEL_POST = Script("channel_post")
+_CHANNEL_READ = Script("channel_read")
+_CHANNEL_COMMIT = Script("channel_commit")
+_CHANNEL_JOIN = Script("channel_join")
+_CHANNEL_LEAVE = Script("channel_leave")
 
 ALL_SCRIPTS = (
     _ENQUEUE, _TAKE, _PROMOTE, _ACK, _RECLAIM, _EXTEND, _CANCEL, _REQUEUE, _PURGE,
-    _RESCHEDULE, _TRIM_DEAD, _RECONCILE, _PROGRESS,
+    _RESCHEDULE, _TRIM_DEAD, _RECONCILE, _PROGRESS, _CHANNEL_POST, _CHANNEL_READ,
+    _CHANNEL_COMMIT, _CHANNEL_JOIN, _CHANNEL_LEAVE,
 )  # fmt: skip
 
 
@@ -450,3 +456,58 @@ async def reconcile(redis: Redis, keys: QueueKeys, job_ids: Sequence[bytes]) -> 
 
 def _text(raw: bytes | str) -> str:
     return raw.decode() if isinstance(raw, bytes) else raw
+
+
+# -- messaging (mailboxes and groups) ------------------------------------------------------
+
+
+async def channel_post(
+    redis: Redis,
+    keys: ChannelKeys,
+    bodies: Sequence[bytes],
+    *,
+    sender: str,
+    members_only: bool,
+    max_messages: int,
+) -> int | None:
+    """Append messages; the first one's id (the rest follow), or None if ``members_only``
+    and the sender is not a reader of the channel (nothing written)."""
+    first = await _CHANNEL_POST(
+        redis,
+        [keys.seq, keys.log, keys.cursors, keys.dropped],
+        [sender, int(members_only), max_messages, keys.posted_channel, *bodies],
+    )
+    return None if int(first) < 0 else int(first)
+
+
+async def channel_read(
+    redis: Redis, keys: ChannelKeys, reader: str, *, limit: int, members_only: bool
+) -> tuple[int, list[tuple[int, bytes]]] | None:
+    """The reader's cursor and the (id, raw entry) pairs after it, oldest first; None if
+    ``members_only`` and the reader is not a member."""
+    reply = await _CHANNEL_READ(redis, [keys.log, keys.cursors], [reader, limit, int(members_only)])
+    if not isinstance(reply, list):
+        return None
+    pairs = reply[1:]
+    entries = [(int(pairs[at + 1]), bytes(pairs[at])) for at in range(0, len(pairs), 2)]
+    return int(reply[0]), entries
+
+
+async def channel_commit(
+    redis: Redis, keys: ChannelKeys, reader: str, upto: int, *, members_only: bool
+) -> int | None:
+    """Acknowledge up to ``upto``; the reader's cursor after it, or None if not a member."""
+    cursor = await _CHANNEL_COMMIT(
+        redis, [keys.log, keys.cursors, keys.seq], [reader, upto, int(members_only)]
+    )
+    return None if int(cursor) < 0 else int(cursor)
+
+
+async def channel_join(redis: Redis, keys: ChannelKeys, member: str, *, history: bool) -> bool:
+    """Join a group; False if a member already."""
+    return bool(await _CHANNEL_JOIN(redis, [keys.cursors, keys.seq], [member, int(history)]))
+
+
+async def channel_leave(redis: Redis, keys: ChannelKeys, member: str) -> bool:
+    """Leave a group; False if not a member."""
+    return bool(await _CHANNEL_LEAVE(redis, [keys.cursors, keys.log], [member]))

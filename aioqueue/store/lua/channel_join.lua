@@ -1,0 +1,14 @@
+--[[ channel_join: a member joins a group.
+
+KEYS[1] cursors  ZSET   member -> the last id it acknowledged
+KEYS[2] seq      STRING the last id given
+ARGV[1] member   who joins
+ARGV[2] history  "1": start at 0 (read what the group still keeps); "0": only what comes next
+
+Returns 1 if the member joined, 0 if it was a member already (its cursor is kept).
+]]
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+local start = 0
+if ARGV[2] ~= '1' then start = tonumber(redis.call('GET', KEYS[2]) or '0') end
+redis.call('ZADD', KEYS[1], start, ARGV[1])
+return 1

@@ -1,0 +1,17 @@
+--[[ channel_leave: a member leaves a group; what every remaining member has read goes
+(all of it when nobody is left).
+
+KEYS[1] cursors  ZSET   member -> the last id it acknowledged
+KEYS[2] log      ZSET   entry -> id
+ARGV[1] member   who leaves
+
+Returns 1 if the member left, 0 if it was not a member.
+]]
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
+local lowest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if #lowest == 0 then
+  redis.call('DEL', KEYS[2])
+else
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', lowest[2])
+end
+return 1

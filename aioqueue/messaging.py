@@ -11,7 +11,9 @@ script (``store/lua/channel_*.lua``). A fetch that waits for messages is woken b
 post's announcement on the channel's pub/sub channel (the App's one subscription, as
 ``Job.result()`` uses), so every waiting member wakes, not one. A member's list of groups
 lives in the member's own slot: ``app.unread(member)`` reads it, then every group's count
-at once (two round trips).
+at once (two round trips). Joining writes it after the group (another slot, so another
+call): if that second write fails, the member is in the group but ``unread`` does not
+list it until the member joins again (which keeps its cursor and repairs the list).
 
 Memory is bounded: each log keeps at most ``max_messages`` (default 100,000); beyond that
 the oldest are trimmed, even if a reader had not read them yet (a laggard then skips
@@ -232,6 +234,10 @@ class Mailbox(_Channel):
         deleted. Returns the cursor (the last id acknowledged)."""
         return await self._commit(MAILBOX_READER, _upto(upto), members_only=False)
 
+    async def unread(self) -> int:
+        """How many messages the reader has not acknowledged (one round trip)."""
+        return (await self.info()).lag(MAILBOX_READER)
+
 
 class Group(_Channel):
     """A group of members who each read every message: ``app.group("room-7")``.
@@ -247,8 +253,8 @@ class Group(_Channel):
 
     async def join(self, member: str, *, history: bool = True) -> bool:
         """Add ``member`` (False if it was one already: its cursor is kept). With
-        ``history`` (the default) it starts at 0 and reads what the group still keeps;
-        without, only messages sent from now on."""
+        ``history`` (the default) it reads what the group still keeps; without, only
+        messages sent from now on."""
         validate_name("member", member)
         redis = await self._host.client()
         joined = await scripts.channel_join(redis, self.keys, member, history=history)
@@ -266,7 +272,8 @@ class Group(_Channel):
             raise NotAMember(self.name, member)
 
     async def send(self, sender: str, body: Any) -> int:
-        """Append a message from ``sender`` (a member: else NotAMember); its id."""
+        """Append a message from ``sender`` (a member: else NotAMember); its id. A sender
+        who had acknowledged everything has read its own message too."""
         return (await self.send_many(sender, [body]))[0]
 
     async def send_many(self, sender: str, bodies: Iterable[Any]) -> list[int]:

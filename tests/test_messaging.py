@@ -143,11 +143,11 @@ async def test_every_member_reads_every_message_and_all_read_is_deleted(
     await room.send("alice", {"text": "hello"})
     await room.send_many("bob", [{"text": "hi"}, {"text": "how are you"}])
 
-    for member in ("alice", "bob"):
-        got = await room.fetch(member)
-        assert [(m.sender, m.body["text"]) for m in got] == [
-            ("alice", "hello"), ("bob", "hi"), ("bob", "how are you"),
-        ]  # fmt: skip
+    everything = [("alice", "hello"), ("bob", "hi"), ("bob", "how are you")]
+    assert [(m.sender, m.body["text"]) for m in await room.fetch("bob")] == everything
+    # alice had read everything when she sent: her own message is read; bob had not
+    # (his cursor stays, or acknowledging his own would skip hers)
+    assert [(m.sender, m.body["text"]) for m in await room.fetch("alice")] == everything[1:]
     await room.ack("alice", 3)
     assert (await room.info()).size == 3  # bob has not acknowledged any
     await room.ack("bob", 2)
@@ -174,6 +174,7 @@ async def test_members_only(app: aioqueue.App) -> None:
 async def test_joining_with_or_without_history(app: aioqueue.App) -> None:
     room = app.group("history")
     await room.join("alice")
+    await room.join("dave")  # has read nothing: the group keeps what it sends
     await room.send_many("alice", ["one", "two"])
     await room.join("bob")  # history (the default): what the group still keeps
     await room.join("carol", history=False)  # only what comes next
@@ -245,3 +246,21 @@ async def test_one_post_wakes_every_waiting_member(app: aioqueue.App) -> None:
     got = await asyncio.wait_for(asyncio.gather(*waiting), 10)
     assert [[m.body for m in messages] for messages in got] == [["wake up"], ["wake up"]]
     assert len(reads) == 4  # each read once more, woken: none waited out its timeout
+
+
+async def test_joining_with_history_after_deletions_counts_only_what_is_kept(
+    app: aioqueue.App,
+) -> None:
+    room = app.group("late")
+    await room.join("alice")
+    await room.join("sleepy")
+    await room.send_many("sleepy", range(5))  # sleepy was caught up: read by it
+    await room.ack("alice", 3)  # 1..3 read by both: deleted; 4, 5 kept
+    await room.join("bob")
+    assert await app.unread("bob") == {"late": 2}
+    assert [m.body for m in await room.fetch("bob")] == [3, 4]
+    await room.leave("alice")
+    await room.leave("sleepy")
+    await room.leave("bob")  # nobody left: nothing kept
+    await room.join("carol")
+    assert (await room.info()).lag("carol") == 0  # nothing to read, nothing counted

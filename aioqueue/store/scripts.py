@@ -505,7 +505,9 @@ async def channel_commit(
 
 async def channel_join(redis: Redis, keys: ChannelKeys, member: str, *, history: bool) -> bool:
     """Join a group; False if a member already."""
-    return bool(await _CHANNEL_JOIN(redis, [keys.cursors, keys.seq], [member, int(history)]))
+    return bool(
+        await _CHANNEL_JOIN(redis, [keys.cursors, keys.seq, keys.log], [member, int(history)])
+    )
 
 
 async def channel_leave(redis: Redis, keys: ChannelKeys, member: str) -> bool:

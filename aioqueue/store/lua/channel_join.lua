@@ -2,13 +2,18 @@
 
 KEYS[1] cursors  ZSET   member -> the last id it acknowledged
 KEYS[2] seq      STRING the last id given
+KEYS[3] log      ZSET   entry -> id
 ARGV[1] member   who joins
-ARGV[2] history  "1": start at 0 (read what the group still keeps); "0": only what comes next
+ARGV[2] history  "1": start before the oldest message the group still keeps; "0": only
+                 what comes next. (Either way its lag counts only messages it can read.)
 
 Returns 1 if the member joined, 0 if it was a member already (its cursor is kept).
 ]]
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
-local start = 0
-if ARGV[2] ~= '1' then start = tonumber(redis.call('GET', KEYS[2]) or '0') end
+local start = tonumber(redis.call('GET', KEYS[2]) or '0')
+if ARGV[2] == '1' then
+  local oldest = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+  if #oldest > 0 then start = tonumber(oldest[2]) - 1 end
+end
 redis.call('ZADD', KEYS[1], start, ARGV[1])
 return 1

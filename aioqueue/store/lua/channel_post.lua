@@ -10,8 +10,9 @@ ARGV[3] max      the most messages kept; the oldest beyond it are trimmed (0: no
 ARGV[4] posted   pub/sub channel that wakes fetches waiting for messages ("1:*" is sent)
 ARGV[5..] bodies the messages (JSON)
 
-Returns the id of the first message (the others follow it), or -1 if the sender is not a
-member: then nothing is written.
+A group member who had acknowledged everything before its post has its cursor moved past
+its own messages. Returns the id of the first message (the others follow it), or -1 if
+the sender is not a member: then nothing is written.
 ]]
 -- @include clock
 if ARGV[2] == '1' and not redis.call('ZSCORE', KEYS[3], ARGV[1]) then return -1 end
@@ -19,10 +20,21 @@ local now_ms = redis_clock()
 local count = #ARGV - 4
 local last = redis.call('INCRBY', KEYS[1], count)
 local first = last - count + 1
+-- A member who had read everything has read what it sends too (its own messages are
+-- not unread to it); one behind keeps its cursor, or acking would skip the others'.
+local moved = false
+if ARGV[2] == '1' and tonumber(redis.call('ZSCORE', KEYS[3], ARGV[1])) == first - 1 then
+  redis.call('ZADD', KEYS[3], last, ARGV[1])
+  moved = true
+end
 local head = ':' .. now_ms .. ':' .. ARGV[1] .. ':'
 for i = 1, count do
   local id = first + i - 1
   redis.call('ZADD', KEYS[2], id, id .. head .. ARGV[4 + i])
+end
+if moved then  -- it may have been the last reader of older messages
+  local lowest = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', lowest[2])
 end
 local max = tonumber(ARGV[3])
 if max > 0 then

@@ -28,9 +28,15 @@ if ARGV[2] == '1' and tonumber(redis.call('ZSCORE', KEYS[3], ARGV[1])) == first 
   moved = true
 end
 local head = ':' .. now_ms .. ':' .. ARGV[1] .. ':'
+local pairs_ = {}  -- one ZADD per 500 messages, not one each
 for i = 1, count do
   local id = first + i - 1
-  redis.call('ZADD', KEYS[2], id, id .. head .. ARGV[4 + i])
+  pairs_[#pairs_ + 1] = id
+  pairs_[#pairs_ + 1] = id .. head .. ARGV[4 + i]
+  if #pairs_ == 1000 or i == count then
+    redis.call('ZADD', KEYS[2], unpack(pairs_))
+    pairs_ = {}
+  end
 end
 if moved then  -- it may have been the last reader of older messages
   local lowest = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')

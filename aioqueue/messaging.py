@@ -7,13 +7,14 @@ reader that crashes between reading and acknowledging reads the same messages ag
 (at-least-once); one that acknowledges before handling gets at-most-once.
 
 Each mailbox and each group lives in one Redis Cluster slot, and every change is one Lua
-script (``store/lua/channel_*.lua``). A fetch that waits for messages is woken by the
-post's announcement on the channel's pub/sub channel (the App's one subscription, as
-``Job.result()`` uses), so every waiting member wakes, not one. A member's list of groups
-lives in the member's own slot: ``app.unread(member)`` reads it, then every group's count
-at once (two round trips). Joining writes it after the group (another slot, so another
-call): if that second write fails, the member is in the group but ``unread`` does not
-list it until the member joins again (which keeps its cursor and repairs the list).
+script (``store/lua/channel_*.lua``); a read is a plain ZSCORE and XRANGE. A fetch that
+waits for messages is woken by the post's announcement on the channel's pub/sub channel
+(the App's one subscription, as ``Job.result()`` uses), so every waiting member wakes.
+A member's list of groups lives in the member's own slot: ``app.unread(member)`` reads it,
+then every group's count at once (two round trips). Joining writes it after the group
+(another slot, so another call): if that second write fails, the member is in the group
+but ``unread`` does not list it until the member joins again (which keeps its cursor and
+repairs the list).
 
 Memory is bounded: each log keeps at most ``max_messages`` (default 100,000); beyond that
 the oldest are trimmed, even if a reader had not read them yet (a laggard then skips
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import orjson
 
 from .errors import ConfigError, NotAMember, PayloadTooLarge, SerializationError
-from .store import scripts
+from .store import reads, scripts
 from .store.keys import ChannelKeys, member_groups, validate_name
 
 if TYPE_CHECKING:
@@ -60,7 +61,8 @@ class MessagingHost(Protocol):
 class Message(NamedTuple):
     """One message as a reader gets it. ``body`` is the sent JSON value. An entry that is
     not an aioqueue message (written by something else) comes back with ``body`` None,
-    its bytes in ``raw`` and the reason in ``error``, so that a reader can skip it.
+    its bytes in ``raw`` (its fields, for an entry without a body) and the reason in
+    ``error``, so that a reader can skip it.
     (A tuple, and the send time kept in ms: a fetch builds thousands of these.)"""
 
     id: int
@@ -91,18 +93,20 @@ class ChannelInfo:
         return self.last_id - self.cursors.get(reader, 0)
 
 
-def parse_entry(message_id: int, entry: bytes) -> Message:
-    """A log entry ``<id>:<sent ms>:<sender>:<JSON body>`` (its id is its score)."""
-    try:
-        _, sent_ms, sender, body = entry.split(b":", 3)
-        sent = int(sent_ms)
-    except ValueError:
-        return Message(message_id, None, None, None, entry, "not an aioqueue message")
+def parse_entry(entry_id: bytes, fields: dict[bytes, bytes]) -> Message:
+    """A log entry: stream id ``<id>-0``, fields s (sender), t (sent ms), b (JSON body)."""
+    message_id = int(entry_id.partition(b"-")[0])
+    body, sent_ms = fields.get(b"b"), fields.get(b"t", b"")
+    if body is None or not sent_ms.isdigit():
+        raw = b" ".join(field + b"=" + value for field, value in fields.items())
+        return Message(message_id, None, None, None, raw, "not an aioqueue message")
+    sent = int(sent_ms)
     try:
         value = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        return Message(message_id, None, sent, None, entry, f"body is not JSON: {exc}")
-    return Message(message_id, value, sent, sender.decode("utf-8", "replace") or None)
+        return Message(message_id, None, sent, None, body, f"body is not JSON: {exc}")
+    sender = fields.get(b"s", b"").decode("utf-8", "replace") or None
+    return Message(message_id, value, sent, sender)
 
 
 def _encode(bodies: Iterable[Any], max_bytes: int) -> list[bytes]:
@@ -177,12 +181,12 @@ class _Channel:
                     await asyncio.wait_for(posted.wait(), left)
 
     async def _read(self, reader: str, limit: int, members_only: bool) -> list[Message]:
-        read = await scripts.channel_read(
+        entries = await reads.channel_entries(
             await self._host.client(), self.keys, reader, limit=limit, members_only=members_only
         )
-        if read is None:
+        if entries is None:
             raise NotAMember(self.name, reader)
-        return [parse_entry(message_id, entry) for message_id, entry in read[1]]
+        return [parse_entry(entry_id, fields) for entry_id, fields in entries]
 
     async def _commit(self, reader: str, upto: int, members_only: bool) -> int:
         cursor = await scripts.channel_commit(
@@ -197,7 +201,7 @@ class _Channel:
         round trip)."""
         redis = await self._host.client()
         async with redis.pipeline(transaction=False) as pipe:
-            pipe.zcard(self.keys.log)
+            pipe.xlen(self.keys.log)
             pipe.get(self.keys.seq)
             pipe.zrange(self.keys.cursors, 0, -1, withscores=True)
             pipe.get(self.keys.dropped)

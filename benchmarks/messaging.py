@@ -287,7 +287,7 @@ async def run(url: str, messages: int, sizes: tuple[int, int], fetches: int) -> 
             for side in (True, False)
         }
         ours_m, bare_m = figures[True], figures[False]
-        out += ["", f"| bytes per stored message ({messages:,}) | aioqueue mailbox (ZSET) "
+        out += ["", f"| bytes per stored message ({messages:,}) | aioqueue mailbox "
                 "| bare Stream | aioqueue / bare |", "|---|---:|---:|---:|"]  # fmt: skip
         for i, label in enumerate(("INFO used_memory delta", "MEMORY USAGE of the key")):
             out.append(f"| {label} | {ours_m[i]:,.1f} | {bare_m[i]:,.1f} "

@@ -115,17 +115,17 @@ async def test_foreign_entries_come_back_marked_and_can_be_skipped(
     await inbox.send("before")
     keys = ChannelKeys.of(prefix, "mailbox", "mixed")
     await redis.incr(keys.seq)
-    await redis.zadd(keys.log, {b"\xff\xfe no header": 2})
+    await redis.xadd(keys.log, {b"\xff": b"\xfe no body"}, id="2-0")
     await redis.incr(keys.seq)
-    await redis.zadd(keys.log, {b"3:1700000000000::{not json": 3})
+    await redis.xadd(keys.log, {b"t": b"1700000000000", b"b": b"{not json"}, id="3-0")
     await inbox.send("after")
     messages = await inbox.fetch()
     assert [m.id for m in messages] == [1, 2, 3, 4]
     assert [m.body for m in messages] == ["before", None, None, "after"]
-    assert (
-        messages[1].raw == b"\xff\xfe no header" and messages[1].error == "not an aioqueue message"
-    )
+    assert messages[1].raw == b"\xff=\xfe no body"  # the entry's fields, as they are
+    assert messages[1].error == "not an aioqueue message"
     assert messages[2].error is not None and messages[2].error.startswith("body is not JSON")
+    assert messages[2].raw == b"{not json" and messages[2].sent_at is not None
     await inbox.ack(messages)
     assert (await inbox.info()).size == 0
 

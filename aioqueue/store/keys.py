@@ -36,7 +36,8 @@ The fields of a job record are listed in ``records.py``.
 Messaging (``messaging.py``) has keys of its own, one hash tag per mailbox or group
 (``{mailbox:<name>}``, ``{group:<name>}``: queue names have no colon, so none collide):
   seq         STRING message counter: ids are 1, 2, 3, ... with no gaps
-  log         ZSET  entry -> id; an entry is "<id>:<sent ms>:<sender>:<JSON body>"
+  log         STREAM one entry per message, stream id "<id>-0"; fields s (sender), t (sent,
+              epoch ms by the Redis clock), b (JSON body)
   cursors     ZSET  reader -> the last id it acknowledged (a mailbox has one reader, "")
   dropped     STRING messages trimmed by the length bound before every reader had them
   posted      pub/sub channel (not a key): "1:*" after each post wakes waiting fetches

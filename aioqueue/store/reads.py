@@ -12,7 +12,7 @@ import re
 import time
 from typing import TYPE_CHECKING, Literal, cast
 
-from .keys import done_slot
+from .keys import ChannelKeys, done_slot
 from .records import (
     HISTORY_CODES,
     Field,
@@ -223,3 +223,19 @@ async def history(redis: Redis, keys: QueueKeys, *, minutes: int) -> list[Minute
         MinuteCounts(minute * 60_000, **counts.get(minute, {}))
         for minute in range(first, this_minute + 1)
     ]
+
+
+async def channel_entries(
+    redis: Redis, keys: ChannelKeys, reader: str, *, limit: int, members_only: bool
+) -> list[tuple[bytes, dict[bytes, bytes]]] | None:
+    """The log entries after the reader's cursor, oldest first, as (stream id, fields);
+    None if ``members_only`` and the reader has no cursor (not a member). Two plain calls,
+    not a script: a script's XRANGE reply costs Redis twice the time to convert, and a
+    cursor that moves in between only means messages the reader gets again."""
+    cursor = await redis.zscore(keys.cursors, reader)
+    if cursor is None:
+        if members_only:
+            return None
+        cursor = 0
+    entries = await redis.xrange(keys.log, f"{int(cursor) + 1}-0", "+", count=limit)
+    return cast("list[tuple[bytes, dict[bytes, bytes]]]", entries)

@@ -51,15 +51,14 @@ _TRIM_DEAD = Script("trim_dead")
 _RECONCILE = Script("reconcile")
 _PROGRESS = Script("progress")
 _CHANNEL_POST = Script("channel_post")
-_CHANNEL_READ = Script("channel_read")
 _CHANNEL_COMMIT = Script("channel_commit")
 _CHANNEL_JOIN = Script("channel_join")
 _CHANNEL_LEAVE = Script("channel_leave")
 
 ALL_SCRIPTS = (
     _ENQUEUE, _TAKE, _PROMOTE, _ACK, _RECLAIM, _EXTEND, _CANCEL, _REQUEUE, _PURGE,
-    _RESCHEDULE, _TRIM_DEAD, _RECONCILE, _PROGRESS, _CHANNEL_POST, _CHANNEL_READ,
-    _CHANNEL_COMMIT, _CHANNEL_JOIN, _CHANNEL_LEAVE,
+    _RESCHEDULE, _TRIM_DEAD, _RECONCILE, _PROGRESS, _CHANNEL_POST, _CHANNEL_COMMIT,
+    _CHANNEL_JOIN, _CHANNEL_LEAVE,
 )  # fmt: skip
 
 
@@ -478,19 +477,6 @@ async def channel_post(
         [sender, int(members_only), max_messages, keys.posted_channel, *bodies],
     )
     return None if int(first) < 0 else int(first)
-
-
-async def channel_read(
-    redis: Redis, keys: ChannelKeys, reader: str, *, limit: int, members_only: bool
-) -> tuple[int, list[tuple[int, bytes]]] | None:
-    """The reader's cursor and the (id, raw entry) pairs after it, oldest first; None if
-    ``members_only`` and the reader is not a member."""
-    reply = await _CHANNEL_READ(redis, [keys.log, keys.cursors], [reader, limit, int(members_only)])
-    if not isinstance(reply, list):
-        return None
-    pairs = reply[1:]
-    entries = [(int(pairs[at + 1]), bytes(pairs[at])) for at in range(0, len(pairs), 2)]
-    return int(reply[0]), entries
 
 
 async def channel_commit(

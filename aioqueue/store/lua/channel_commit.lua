@@ -1,7 +1,7 @@
 --[[ channel_commit: a reader acknowledges every message up to an id; messages that every
 reader has acknowledged are deleted.
 
-KEYS[1] log      ZSET   entry -> id
+KEYS[1] log      STREAM one entry per message, stream id "<id>-0"
 KEYS[2] cursors  ZSET   reader -> the last id it acknowledged
 KEYS[3] seq      STRING the last id given
 ARGV[1] reader   who acknowledges ("" for a mailbox's one reader)
@@ -19,5 +19,5 @@ local last = tonumber(redis.call('GET', KEYS[3]) or '0')
 local new = math.min(math.max(tonumber(cursor), tonumber(ARGV[2])), last)
 redis.call('ZADD', KEYS[2], new, ARGV[1])
 local lowest = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', lowest[2])
+redis.call('XTRIM', KEYS[1], 'MINID', (tonumber(lowest[2]) + 1) .. '-0')
 return new

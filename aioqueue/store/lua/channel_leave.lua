@@ -2,7 +2,7 @@
 (all of it when nobody is left).
 
 KEYS[1] cursors  ZSET   member -> the last id it acknowledged
-KEYS[2] log      ZSET   entry -> id
+KEYS[2] log      STREAM one entry per message, stream id "<id>-0"
 ARGV[1] member   who leaves
 
 Returns 1 if the member left, 0 if it was not a member.
@@ -12,6 +12,6 @@ local lowest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if #lowest == 0 then
   redis.call('DEL', KEYS[2])
 else
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', lowest[2])
+  redis.call('XTRIM', KEYS[2], 'MINID', (tonumber(lowest[2]) + 1) .. '-0')
 end
 return 1

@@ -10,7 +10,7 @@ from redis.exceptions import RedisError
 
 from .backoff import Backoff, Exponential
 from .errors import ConfigError, ServerUnavailable
-from .messaging import DEFAULT_MAX_MESSAGES, Group, Mailbox, unread
+from .messaging import DEFAULT_MAX_MESSAGES, Group, Mailbox, channels, unread
 from .periodic import Missed, Periodic
 from .priorities import DEFAULT_PRIORITY, resolve_priority
 from .queue import Queue
@@ -319,6 +319,10 @@ class App:
     async def unread(self, member: str) -> dict[str, int]:
         """How many messages ``member`` has not acknowledged in each of its groups."""
         return await unread(self, member)
+
+    async def channels(self) -> list[Mailbox | Group]:
+        """Every mailbox sent to and group joined under this app's prefix, by name."""
+        return await channels(self)
 
     def worker(self, **options: Any) -> Worker:
         """A Worker for this app; see ``Worker`` for the options."""

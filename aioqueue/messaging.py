@@ -33,7 +33,7 @@ import orjson
 
 from .errors import ConfigError, NotAMember, PayloadTooLarge, SerializationError
 from .store import reads, scripts
-from .store.keys import ChannelKeys, member_groups, validate_name
+from .store.keys import ChannelKeys, channels_registry, member_groups, validate_name
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -159,7 +159,18 @@ class _Channel:
         )  # fmt: skip
         if first is None:
             raise NotAMember(self.name, sender)
+        if first == 1:  # the channel's first message: list it (groups: at the first join)
+            await self._register()
         return list(range(first, first + len(encoded)))
+
+    async def _register(self) -> None:
+        """Add this mailbox or group to the prefix's list (another slot: its own call)."""
+        redis = await self._host.client()
+        await redis.sadd(channels_registry(self._host.settings.prefix), self.registry_name)
+
+    @property
+    def registry_name(self) -> str:
+        return f"{self.keys.kind}:{self.name}"
 
     async def _fetch(
         self, reader: str, limit: int, timeout: float, members_only: bool
@@ -268,6 +279,7 @@ class Group(_Channel):
         redis = await self._host.client()
         joined = await scripts.channel_join(redis, self.keys, member, history=history)
         await redis.sadd(member_groups(self._host.settings.prefix, member), self.name)
+        await self._register()
         return joined
 
     async def leave(self, member: str) -> None:
@@ -302,6 +314,24 @@ class Group(_Channel):
     async def members(self) -> dict[str, int]:
         """Each member and its cursor."""
         return (await self.info()).cursors
+
+
+async def channels(host: MessagingHost) -> list[Mailbox | Group]:
+    """Every mailbox that was sent to and every group that was joined under this prefix,
+    by kind and name. The list is written after a mailbox's first post and at each join
+    (another call: a mailbox whose first post lost its connection before the listing is
+    missing from it)."""
+    redis = await host.client()
+    found: list[Mailbox | Group] = []
+    for entry in sorted(
+        _text(raw) for raw in await redis.smembers(channels_registry(host.settings.prefix))
+    ):
+        kind, _, name = entry.partition(":")
+        if kind == "mailbox":
+            found.append(Mailbox(host, name))
+        elif kind == "group":
+            found.append(Group(host, name))
+    return found
 
 
 async def unread(host: MessagingHost, member: str) -> dict[str, int]:

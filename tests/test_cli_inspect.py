@@ -109,3 +109,29 @@ async def test_job_show_and_cancel(cli_env: dict[str, str], producer: aioqueue.A
     assert code == 2 and "no job 'nope' in queue 'default'" in err
     assert "Traceback" not in err
     await producer.close()
+
+
+async def test_info_lists_mailboxes_and_groups_with_their_laggards(
+    cli_env: dict[str, str], producer: aioqueue.App
+) -> None:
+    code, out, _ = await run_cli(["info", TARGET], env=cli_env)
+    assert code == 0 and "messaging" not in out  # none yet: no second table
+    room = producer.group("room-7")
+    await room.join("alice")
+    await room.join("bob")
+    await room.send_many("alice", ["a", "b", "c"])
+    await room.ack("bob", 1)
+    await producer.mailbox("user-42").send_many(["x", "y"])
+
+    code, out, err = await run_cli(["info", TARGET], env=cli_env)
+    assert code == 0, err
+    rows = {
+        tuple(cell.strip() for cell in line.strip("│ ").split("│"))[:2]: line
+        for line in out.splitlines()
+        if "room-7" in line or "user-42" in line
+    }
+    group = [cell.strip() for cell in rows[("group", "room-7")].strip("│ ").split("│")]
+    assert group == ["group", "room-7", "2", "3", "2", "bob 2", "0"]
+    mailbox = [cell.strip() for cell in rows[("mailbox", "user-42")].strip("│ ").split("│")]
+    assert mailbox == ["mailbox", "user-42", "2", "2", "0", "(reader) 2", "0"]
+    await producer.close()

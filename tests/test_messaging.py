@@ -264,3 +264,12 @@ async def test_joining_with_history_after_deletions_counts_only_what_is_kept(
     await room.leave("bob")  # nobody left: nothing kept
     await room.join("carol")
     assert (await room.info()).lag("carol") == 0  # nothing to read, nothing counted
+
+
+async def test_the_app_lists_its_mailboxes_and_groups(app: aioqueue.App) -> None:
+    assert await app.channels() == []
+    assert await app.mailbox("quiet").fetch() == []  # read, never sent to: not listed
+    await app.mailbox("inbox").send("hi")
+    await app.group("room").join("alice")
+    listed = [(channel.keys.kind, channel.name) for channel in await app.channels()]
+    assert listed == [("group", "room"), ("mailbox", "inbox")]

@@ -18,12 +18,13 @@ from ..errors import ConfigError
 from ..settings import ENV_REDIS_URL
 from ..store.heartbeats import mixed_task_sets, mixed_windows
 from ..store.server import eviction
-from .tables import QueueSnapshot, console, info_table, iso, jobs_table
+from .tables import QueueSnapshot, channels_table, console, info_table, iso, jobs_table
 
 if TYPE_CHECKING:
     import argparse
 
     from ..app import App
+    from ..messaging import ChannelInfo
     from ..queue import Queue
     from ..store.records import JobInfo
 
@@ -75,6 +76,8 @@ async def run_info(app: App, args: argparse.Namespace) -> int:
     out = console()
     if args.watch is None:
         out.print(info_table(await _snapshots(app, names)))
+        if channels := await _channels(app):
+            out.print(channels_table(channels))
         return 0
     with contextlib.suppress(asyncio.CancelledError):  # Ctrl-C: asyncio.run cancels this
         if not out.is_terminal:  # a pipe or a log: one table after another
@@ -88,6 +91,14 @@ async def run_info(app: App, args: argparse.Namespace) -> int:
                 await asyncio.sleep(args.watch)
                 live.update(info_table(await _snapshots(app, names)), refresh=True)
     return 0
+
+
+async def _channels(app: App) -> list[tuple[str, str, ChannelInfo]]:
+    found = await app.channels()
+    infos = await asyncio.gather(*(channel.info() for channel in found))
+    return [
+        (channel.keys.kind, channel.name, info) for channel, info in zip(found, infos, strict=True)
+    ]
 
 
 async def _snapshots(app: App, names: list[str]) -> list[QueueSnapshot]:

@@ -14,6 +14,7 @@ from rich.table import Table
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from ..messaging import ChannelInfo
     from ..store.records import JobInfo, MinuteCounts, QueueCounts
 
 
@@ -64,6 +65,24 @@ def info_table(queues: Sequence[QueueSnapshot], *, now_ms: int | None = None) ->
             f"{queue.per_second('failures', now_ms):.2f}",
             f"{len(queue.workers)} ({running} running)" if queue.workers else "[red]none[/red]",
         )
+    return table
+
+
+def channels_table(channels: Sequence[tuple[str, str, ChannelInfo]]) -> Table:
+    """Per mailbox and group (kind, name, info): messages kept, the last id, readers, the
+    reader furthest behind and by how much, messages trimmed before all had read them."""
+    table = Table(title="messaging", title_justify="left")
+    table.add_column("kind", no_wrap=True)
+    table.add_column("name", no_wrap=True)
+    for name in ("kept", "last id", "readers", "most behind", "dropped"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for kind, name, info in channels:
+        behind = "" if kind == "mailbox" else max(info.cursors, key=info.lag, default=None)
+        lag = "-" if behind is None else f"{behind or '(reader)'} {info.lag(behind)}"
+        table.add_row(
+            kind, name, str(info.size), str(info.last_id), str(len(info.cursors)), lag,
+            f"[red]{info.dropped}[/red]" if info.dropped else "0",
+        )  # fmt: skip
     return table
 
 

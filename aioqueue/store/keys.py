@@ -41,7 +41,8 @@ Messaging (``messaging.py``) has keys of its own, one hash tag per mailbox or gr
   cursors     ZSET  reader -> the last id it acknowledged (a mailbox has one reader, "")
   dropped     STRING messages trimmed by the length bound before every reader had them
   posted      pub/sub channel (not a key): "1:*" after each post wakes waiting fetches
-and one per member: ``{member:<name>}:groups`` SET, the groups it has joined.
+and one per member: ``{member:<name>}:groups`` SET, the groups it has joined, and one per
+prefix: ``<prefix>:channels`` SET of "mailbox:<name>" and "group:<name>" (for ``info``).
 """
 
 from __future__ import annotations
@@ -233,3 +234,8 @@ def member_groups(prefix: str, member: str) -> str:
     """The SET of groups ``member`` has joined (in the member's own slot)."""
     validate_name("member", member)
     return f"{prefix}:{{member:{member}}}:groups"
+
+
+def channels_registry(prefix: str) -> str:
+    """The SET of every mailbox ("mailbox:<name>") and group ("group:<name>") in use."""
+    return f"{prefix}:channels"

@@ -1,17 +1,10 @@
-"""The chat example, against the suite's server and once on its own (embedded server)."""
+"""The chat example against the suite's server (``test_examples.py`` runs it once on its
+own embedded server)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import aioqueue
-from aioqueue.store.embedded import EmbeddedServer
 from examples import chat
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 async def test_the_chat_demo(app: aioqueue.App) -> None:
@@ -41,23 +34,3 @@ async def test_the_chat_demo(app: aioqueue.App) -> None:
     }
     assert "    #general  3  carol: standup in 5" in transcript
     assert (await app.group("random").members()) == {"alice": 2}  # carol has left
-
-
-def test_the_chat_example_runs_on_its_own_server() -> None:
-    env = {k: v for k, v in os.environ.items() if k != "AIOQUEUE_REDIS_URL"}
-    done = subprocess.run(
-        [sys.executable, "-m", "examples.chat"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    out = done.stdout
-    assert f"AIOQUEUE_REDIS_URL is not set: started a private {EmbeddedServer().name} at" in out
-    assert "    carol  {'general': 3, 'random': 1}" in out
-    assert "(#general [1, 2, 3] again: read at least once, never lost)" in out
-    assert "carol leaves #random without reading it; kept in #random: 0" in out
-    assert "carol's inbox: ['alice: can you run standup?']; kept after her ack: 0" in out
-    assert "everyone has read everything; kept: {'general': 0, 'random': 0}" in out

@@ -140,6 +140,7 @@ async def test_loader_sends_each_reminder_once(examples_url: str) -> None:
         ("examples.quickstart", "worker outcomes: {'complete': 6}"),
         ("examples.webapp", "complete  {'email': 'linus@example.com', 'verify_url': "),
         ("examples.loader", "sent: [1, 1, 1, 1, 1, 1, 1, 1] (each reminder once)"),
+        ("examples.chat", "(#general [1, 2, 3] again: read at least once, never lost)"),
     ],
 )
 def test_example_starts_its_own_server_without_a_url(module: str, expected: str) -> None:

@@ -12,6 +12,7 @@ import contextlib
 from typing import TYPE_CHECKING
 
 import orjson
+from rich.console import Group
 from rich.live import Live
 
 from ..errors import ConfigError
@@ -22,6 +23,8 @@ from .tables import QueueSnapshot, channels_table, console, info_table, iso, job
 
 if TYPE_CHECKING:
     import argparse
+
+    from rich.console import RenderableType
 
     from ..app import App
     from ..messaging import ChannelInfo
@@ -69,28 +72,31 @@ async def run_reconcile(app: App, args: argparse.Namespace) -> int:
 
 
 async def run_info(app: App, args: argparse.Namespace) -> int:
-    """A table of the queues: counts, rates over the last minute, live workers; with
-    ``--watch``, redrawn every few seconds until Ctrl-C."""
+    """A table of the queues (counts, rates over the last minute, live workers) and one of
+    the mailboxes and groups, if any; with ``--watch``, redrawn every few seconds until
+    Ctrl-C."""
     need_url(app, "info")
     names = args.queues or app.queue_names()
     out = console()
     if args.watch is None:
-        out.print(info_table(await _snapshots(app, names)))
-        if channels := await _channels(app):
-            out.print(channels_table(channels))
+        out.print(await _info(app, names))
         return 0
     with contextlib.suppress(asyncio.CancelledError):  # Ctrl-C: asyncio.run cancels this
-        if not out.is_terminal:  # a pipe or a log: one table after another
+        if not out.is_terminal:  # a pipe or a log: one view after another
             while True:
-                out.print(info_table(await _snapshots(app, names)))
+                out.print(await _info(app, names))
                 await asyncio.sleep(args.watch)
-        with Live(
-            info_table(await _snapshots(app, names)), console=out, auto_refresh=False
-        ) as live:
+        with Live(await _info(app, names), console=out, auto_refresh=False) as live:
             while True:
                 await asyncio.sleep(args.watch)
-                live.update(info_table(await _snapshots(app, names)), refresh=True)
+                live.update(await _info(app, names), refresh=True)
     return 0
+
+
+async def _info(app: App, names: list[str]) -> RenderableType:
+    queues = info_table(await _snapshots(app, names))
+    channels = await _channels(app)
+    return Group(queues, channels_table(channels)) if channels else queues
 
 
 async def _channels(app: App) -> list[tuple[str, str, ChannelInfo]]:

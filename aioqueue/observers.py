@@ -88,9 +88,6 @@ class JobWatchers:
             tuple(o.job_ended for o in observers if _overrides(o, "job_ended")),
         )
 
-    def __bool__(self) -> bool:
-        return bool(self.started or self.ended)
-
 
 def _overrides(observer: Observer, method: str) -> bool:
     return getattr(type(observer), method) is not getattr(Observer, method)

@@ -5,8 +5,10 @@
 For "no regression" claims on a shared, noisy machine: both sides run the same probe
 (this file) on the same redis-server, alternating base / this checkout round by round, so
 drift in the machine's load hits both alike. The base is a ``git worktree`` of ``--base``
-(made in a temporary directory and removed after), imported through PYTHONPATH; the probe
-uses only the public API, so it runs against any version.
+(made in a temporary directory and removed after), put first on the probe's sys.path (on
+PYTHONPATH alone it came after ``python -m``'s working directory, so both sides imported
+this checkout; the probe now checks where ``aioqueue`` came from); the probe uses only the
+public API, so it runs against any version.
 
 The probe, per run: enqueue N no-op jobs with ``enqueue_many`` (fill rate), then drain
 them with one burst worker in this process (concurrency 100; the task's timeout is
@@ -21,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -39,7 +40,7 @@ METRICS = {  # name: (label, higher is better)
 
 
 async def probe(url: str, prefix: str, jobs: int, timeout: float | None) -> dict[str, float]:
-    import aioqueue  # the side's own package, by PYTHONPATH
+    import aioqueue  # the side's own package: main() put its tree first on sys.path
 
     app = aioqueue.App(redis_url=url, prefix=prefix, default_queue="ab")
 
@@ -62,9 +63,9 @@ async def probe(url: str, prefix: str, jobs: int, timeout: float | None) -> dict
 
 
 def run_side(tree: Path, url: str, prefix: str, jobs: int, timeout: str) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    command = [sys.executable, "-m", "benchmarks.ab", "--probe", url, prefix, str(jobs), timeout]
-    out = subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, text=True)
+    command = [sys.executable, "-m", "benchmarks.ab", "--probe", str(tree), url, prefix,
+               str(jobs), timeout]  # fmt: skip
+    out = subprocess.run(command, cwd=ROOT, check=True, capture_output=True, text=True)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
@@ -103,9 +104,14 @@ def report(base: str, rounds: int, jobs: int, results: dict[str, list[dict[str, 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--probe":
-        url, prefix, jobs, timeout = sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+        tree, url, prefix, jobs, timeout = sys.argv[2:7]
+        sys.path.insert(0, tree)  # before the working directory, which holds this checkout
+        import aioqueue
+
+        found = Path(aioqueue.__file__).resolve()
+        assert found.is_relative_to(Path(tree).resolve()), f"{found} is not from {tree}"
         seconds = None if timeout == "none" else float(timeout)
-        print(json.dumps(asyncio.run(probe(url, prefix, jobs, seconds))))
+        print(json.dumps(asyncio.run(probe(url, prefix, int(jobs), seconds))))
         return
     parser = argparse.ArgumentParser(prog="python -m benchmarks.ab", description=__doc__)
     parser.add_argument("--base", required=True, help="the commit to compare with")

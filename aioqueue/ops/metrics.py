@@ -130,12 +130,11 @@ class _Queue:
 class _Task:
     """One (queue, task label): attempts by settlement, and their run times."""
 
-    __slots__ = ("outcomes", "queue", "runs")
+    __slots__ = ("outcomes", "runs")
 
-    def __init__(self, queue: _Queue) -> None:
-        self.queue = queue
+    def __init__(self, bounds: list[float]) -> None:
         self.outcomes: dict[str, int] = {}
-        self.runs = _Histogram(queue.waits.bounds)
+        self.runs = _Histogram(bounds)
 
 
 class _Enqueues:
@@ -250,7 +249,7 @@ class Metrics(Observer):
         would build a tuple per job, and each allocation brings the next GC nearer."""
         stats = self._queue(queue)
         label = self._label(name)
-        task = self._add(self._tasks, (queue, label), _Task(stats))
+        task = self._add(self._tasks, (queue, label), _Task(self._bounds))
         if label == name:
             stats.tasks[name] = task  # read by job_ended only: no lock
         return task

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import threading
 import time
@@ -103,6 +104,27 @@ async def test_sync_handler_runs_in_a_thread(app: aioqueue.App) -> None:
     assert [await job.result(timeout=1) for job in jobs] == [0, 10, 20]
     assert len(seen) == 3
     assert loop_thread not in seen
+
+
+async def test_finished_jobs_are_freed_without_the_garbage_collector(app: aioqueue.App) -> None:
+    # A reference cycle through each finished job (its context held a callable bound to
+    # the job) left ~10 objects per job to the collector: ~15 % of a no-op job's CPU.
+    @app.task(queue="q")
+    async def noop(n: int) -> None:
+        return None
+
+    async def garbage_after_draining(jobs: int) -> int:
+        await app.queue("q").enqueue_many(noop.enqueue(n) for n in range(jobs))
+        gc.collect()
+        gc.disable()
+        try:
+            assert (await drain(app, queues=["q"]))["complete"] == jobs
+            return gc.collect()
+        finally:
+            gc.enable()
+
+    few, many = await garbage_after_draining(50), await garbage_after_draining(550)
+    assert many - few < 250, f"{many - few} more objects left in cycles by 500 more jobs"
 
 
 # -- timeouts -------------------------------------------------------------------------------

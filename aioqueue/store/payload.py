@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -23,6 +24,9 @@ if TYPE_CHECKING:
 WIRE_VERSION = 1
 
 
+_NO_HEADERS: Mapping[str, str] = MappingProxyType({})  # shared: most jobs carry none
+
+
 @dataclass(frozen=True, slots=True)
 class Payload:
     """What a job asks a worker to do: a task name and JSON arguments."""
@@ -31,7 +35,7 @@ class Payload:
     args: Sequence[Any] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     timeout: float | None = None  # per-call override of the task's timeout
-    headers: Mapping[str, str] = field(default_factory=dict)  # e.g. W3C trace context
+    headers: Mapping[str, str] = field(default_factory=lambda: _NO_HEADERS)  # e.g. trace context
 
     def encode(self, max_bytes: int) -> bytes:
         """Encode for Redis; raise SerializationError or PayloadTooLarge, writing nothing."""
@@ -51,15 +55,16 @@ class Payload:
         if not isinstance(body, dict):
             raise PayloadError("payload is not a JSON object")
         task, args, kwargs = body.get("t"), body.get("a", []), body.get("k", {})
-        timeout, headers = body.get("to"), body.get("h", {})
+        timeout, headers = body.get("to"), body.get("h", _NO_HEADERS)
         if not isinstance(task, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
             raise PayloadError("payload lacks a task name, an args list or a kwargs object")
         if timeout is not None and (
             isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
         ):
             raise PayloadError("payload timeout is not a positive number")
-        if not isinstance(headers, dict) or not all(
-            isinstance(value, str) for value in headers.values()
+        if headers is not _NO_HEADERS and (
+            not isinstance(headers, dict)
+            or not all(isinstance(value, str) for value in headers.values())
         ):
             raise PayloadError("payload headers are not an object of strings")
         return cls(task, args, kwargs, timeout, headers)

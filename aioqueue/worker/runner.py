@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from ..middleware import CallNext
     from ..store.records import Taken
     from ..task import Task
+    from .acks import AckBatcher
     from .inflight import RunningJob
 
 logger = logging.getLogger(__name__)
@@ -152,16 +153,18 @@ def _context(
     job: RunningJob | None = None,
 ) -> JobContext:
     max_attempts = taken.max_attempts or task.options.max_attempts
-    report = None if job is None else functools.partial(_report_progress, job)
+    # Not a partial of the job: the job holds its context, and that cycle would leave every
+    # finished job to the garbage collector (measured: ~2 us per no-op job).
+    report = None if job is None else functools.partial(_report_progress, job.acks, job.taken)
     return JobContext(
         taken.job_id, queue, task.name, taken.attempts, max_attempts, env.state,
         headers or {}, report,
     )  # fmt: skip
 
 
-async def _report_progress(job: RunningJob, value: Any) -> bool:
+async def _report_progress(acks: AckBatcher, taken: Taken, value: Any) -> bool:
     data = encode_result(value)  # the same rule as a result: JSON, or SerializationError
-    return await job.acks.report_progress(job.taken, data)
+    return await acks.report_progress(taken, data)
 
 
 async def expired_hooks(env: RunEnv, queue: str, job: Taken, error: BaseException) -> None:

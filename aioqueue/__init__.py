@@ -52,6 +52,7 @@ from .store.records import (
     ScheduledJob,
 )
 from .task import Task, TaskOptions
+from .topics import DeadMessage, GroupInfo, Subscriber, Topic, TopicInfo
 from .worker import Worker
 
 __version__ = "0.1.0"
@@ -63,6 +64,7 @@ __all__ = [
     "Backoff",
     "ChannelInfo",
     "ConfigError",
+    "DeadMessage",
     "EnqueueCall",
     "EnqueueError",
     "EnqueueUnconfirmed",
@@ -70,6 +72,7 @@ __all__ = [
     "Exponential",
     "Fixed",
     "Group",
+    "GroupInfo",
     "InvalidArguments",
     "Job",
     "JobCancelled",
@@ -100,9 +103,12 @@ __all__ = [
     "ServerOutOfMemory",
     "ServerRefused",
     "ServerUnavailable",
+    "Subscriber",
     "Task",
     "TaskOptions",
     "TlsFailed",
+    "Topic",
+    "TopicInfo",
     "UnknownTask",
     "Worker",
     "__version__",

@@ -23,10 +23,18 @@ from .settings import (
     redis_url_from_env,
 )
 from .store.connection import Clients, failure, make_clients
+from .store.keys import validate_name
 from .store.scripts import load_all
 from .store.server import warn_if_evicting
 from .store.settled import SettledListener
 from .task import TASK_DEFAULTS, UNLIMITED, Task, TaskOptions
+from .topics import (
+    SUBSCRIBER_PREFIX,
+    Subscriber,
+    Topic,
+    check_subscriber,
+    subscriber_run_name,
+)
 from .worker import Worker
 
 if TYPE_CHECKING:
@@ -87,6 +95,7 @@ class App:
             history=history,
         )
         self._tasks: dict[str, Task[..., Any]] = {}
+        self._subscribers: dict[str, Subscriber] = {}
         self._periodic: dict[str, Periodic] = {}
         self.middleware_stack: list[Middleware] = []
         self.observers: tuple[Observer, ...] = ()
@@ -285,7 +294,12 @@ class App:
         )
 
     def find_task(self, name: str) -> Task[..., Any] | None:
-        return self._tasks.get(name)
+        """The task a job names (or the subscriber a topic message runs as)."""
+        task = self._tasks.get(name)
+        if task is None and name.startswith(SUBSCRIBER_PREFIX):
+            subscriber = self._subscribers.get(name)
+            return None if subscriber is None else subscriber.task
+        return task
 
     @property
     def tasks(self) -> dict[str, Task[..., Any]]:
@@ -323,6 +337,54 @@ class App:
     async def channels(self) -> list[Mailbox | Group]:
         """Every mailbox sent to and group joined under this app's prefix, by name."""
         return await channels(self)
+
+    def topic(self, name: str, *, max_messages: int = DEFAULT_MAX_MESSAGES) -> Topic:
+        """The topic with this name: publish to it; every subscriber group (see
+        ``subscriber``) processes every message. ``max_messages`` bounds what it keeps
+        (0: no bound)."""
+        return Topic(self, name, max_messages)
+
+    def subscriber(
+        self,
+        topic: str,
+        *,
+        group: str,
+        timeout: float | None = TASK_DEFAULTS.timeout,
+        retries: int | Literal["forever"] | None = None,
+        backoff: Backoff | None = None,
+        never_retry: tuple[type[BaseException], ...] = TASK_DEFAULTS.never_retry,
+        dead_letter: bool = TASK_DEFAULTS.dead_letter,
+    ) -> Callable[[Callable[[Any], Any]], Subscriber]:
+        """Decorator: run ``fn(body)`` for every message of ``topic`` in subscriber
+        group ``group``. Every group sees every message; the workers serving one group
+        share its messages. Each runs under a task's rules: ``timeout``, ``retries``
+        (then ``backoff``), ``never_retry``, and dead letters (``topic.dead_letters()``)
+        unless ``dead_letter=False``; at least once: a worker that dies mid-message
+        leaves it to another once its lease runs out."""
+        max_attempts = self._max_attempts(retries)
+        validate_name("topic", topic)
+        validate_name("subscriber group", group)
+
+        def register(handler: Callable[[Any], Any]) -> Subscriber:
+            check_subscriber(handler, topic, group)
+            run_name = subscriber_run_name(topic, group)
+            if run_name in self._subscribers:
+                raise ConfigError(f"topic {topic!r} has a subscriber for group {group!r} already")
+            options = TaskOptions(
+                name=handler.__name__, queue=self.settings.default_queue, timeout=timeout,
+                max_attempts=max_attempts, backoff=backoff or Exponential(),
+                never_retry=never_retry, dead_letter=dead_letter,
+            )  # fmt: skip
+            registered = Subscriber(topic, group, Task(handler, options, self.queue))
+            self._subscribers[run_name] = registered
+            return registered
+
+        return register
+
+    @property
+    def subscribers(self) -> dict[str, Subscriber]:
+        """Every subscriber registered on this app, by run name."""
+        return dict(self._subscribers)
 
     def worker(self, **options: Any) -> Worker:
         """A Worker for this app; see ``Worker`` for the options."""

@@ -109,7 +109,7 @@ def parse_entry(entry_id: bytes, fields: dict[bytes, bytes]) -> Message:
     return Message(message_id, value, sent, sender)
 
 
-def _encode(bodies: Iterable[Any], max_bytes: int) -> list[bytes]:
+def encode_bodies(bodies: Iterable[Any], max_bytes: int) -> list[bytes]:
     """Every body as JSON, checked before anything is sent (an error writes nothing)."""
     encoded = []
     for body in bodies:
@@ -150,7 +150,7 @@ class _Channel:
         self.max_messages = max_messages
 
     async def _post(self, bodies: Iterable[Any], sender: str, members_only: bool) -> list[int]:
-        encoded = _encode(bodies, self._host.settings.max_payload_bytes)
+        encoded = encode_bodies(bodies, self._host.settings.max_payload_bytes)
         if not encoded:
             return []
         first = await scripts.channel_post(

@@ -230,6 +230,42 @@ class ChannelKeys:
         return f"{self.base}:dropped"
 
 
+@dataclass(frozen=True, slots=True)
+class TopicKeys:
+    """The keys of one topic, all in one Cluster slot: its log (a stream whose consumer
+    groups are the subscriber groups), their dead letters, and their delayed retries."""
+
+    name: str
+    base: str  # "<prefix>:{topic:<name>}"
+
+    @classmethod
+    def of(cls, prefix: str, name: str) -> TopicKeys:
+        validate_name("topic", name)
+        return cls(name, f"{prefix}:{{topic:{name}}}")
+
+    @property
+    def log(self) -> str:
+        return f"{self.base}:log"
+
+    @property
+    def dead(self) -> str:
+        return f"{self.base}:dead"
+
+    @property
+    def retry(self) -> str:
+        """HASH "<group> <message id>" -> when its next attempt is due (epoch ms)."""
+        return f"{self.base}:retry"
+
+    @property
+    def dropped(self) -> str:
+        return f"{self.base}:dropped"
+
+    @property
+    def processed_channel(self) -> str:
+        """Pub/sub channel (not a key) on which acks wake ``wait_processed``."""
+        return f"{self.base}:processed"
+
+
 def member_groups(prefix: str, member: str) -> str:
     """The SET of groups ``member`` has joined (in the member's own slot)."""
     validate_name("member", member)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 import time
-from typing import TYPE_CHECKING, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
-from .keys import ChannelKeys, done_slot
+from .keys import ChannelKeys, TopicKeys, done_slot
 from .records import (
     HISTORY_CODES,
     Field,
@@ -239,3 +239,38 @@ async def channel_entries(
         cursor = 0
     entries = await redis.xrange(keys.log, f"{int(cursor) + 1}-0", "+", count=limit)
     return cast("list[tuple[bytes, dict[bytes, bytes]]]", entries)
+
+
+StreamEntries = list[tuple[bytes, dict[bytes, bytes]]]
+
+
+async def topic_new_messages(
+    redis: Redis,
+    keys: TopicKeys,
+    group: str,
+    consumer: str,
+    *,
+    count: int,
+    block_ms: int | None = None,
+    wake: str | None = None,
+) -> StreamEntries:
+    """New messages of a topic for a subscriber group, delivered to ``consumer`` (one
+    XREADGROUP). With ``block_ms``, waits that long for one, or until an entry lands on
+    the ``wake`` stream (read with the same group; its entries are not returned)."""
+    streams: dict[str, str] = {keys.log: ">"}
+    if wake is not None:
+        streams[wake] = ">"
+    reply = await redis.xreadgroup(
+        group, consumer, cast("Any", streams), count=count, block=block_ms
+    )
+    log = keys.log.encode()
+    for stream, entries in cast("list[tuple[bytes, StreamEntries]]", reply or []):
+        if stream == log:
+            return entries
+    return []
+
+
+async def topic_dead_entries(redis: Redis, keys: TopicKeys, limit: int) -> StreamEntries:
+    """The newest ``limit`` dead letters of a topic, oldest first."""
+    entries = await redis.xrevrange(keys.dead, count=limit)
+    return list(reversed(cast("StreamEntries", entries)))

@@ -279,6 +279,16 @@ class Settlement:
 
 
 @dataclass(frozen=True, slots=True)
+class TopicClaim:
+    """What a topic reclaim did: where its scan of the pending list goes on, how many
+    messages it dead-lettered, and the messages it claimed: (id, fields, attempts)."""
+
+    cursor: str
+    buried: int
+    messages: list[tuple[bytes, dict[bytes, bytes], int]]
+
+
+@dataclass(frozen=True, slots=True)
 class Reclaimed:
     """What a reclaim did: jobs back to ready, jobs buried (dead or cancelled), and the
     ones buried dead, whose hooks the caller runs (leased to nobody: ``lease`` is "")."""

@@ -15,6 +15,7 @@ import orjson
 from ..priorities import strict_plan
 from . import wire
 from .loader import Arg, Script
+from .payload import encode_error
 from .records import (
     CancelCode,
     Enqueued,
@@ -27,6 +28,7 @@ from .records import (
     Settlement,
     Taken,
     TakeResult,
+    TopicClaim,
 )
 
 if TYPE_CHECKING:
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
     from redis.asyncio.connection import AbstractConnection
 
-    from .keys import ChannelKeys, QueueKeys
+    from .keys import ChannelKeys, QueueKeys, TopicKeys
 
 _ENQUEUE = Script("enqueue")
 _TAKE = Script("take")
@@ -54,11 +56,15 @@ _CHANNEL_POST = Script("channel_post")
 _CHANNEL_COMMIT = Script("channel_commit")
 _CHANNEL_JOIN = Script("channel_join")
 _CHANNEL_LEAVE = Script("channel_leave")
+_TOPIC_PUBLISH = Script("topic_publish")
+_TOPIC_ACK = Script("topic_ack")
+_TOPIC_RECLAIM = Script("topic_reclaim")
+_TOPIC_EXTEND = Script("topic_extend")
 
 ALL_SCRIPTS = (
     _ENQUEUE, _TAKE, _PROMOTE, _ACK, _RECLAIM, _EXTEND, _CANCEL, _REQUEUE, _PURGE,
     _RESCHEDULE, _TRIM_DEAD, _RECONCILE, _PROGRESS, _CHANNEL_POST, _CHANNEL_COMMIT,
-    _CHANNEL_JOIN, _CHANNEL_LEAVE,
+    _CHANNEL_JOIN, _CHANNEL_LEAVE, _TOPIC_PUBLISH, _TOPIC_ACK, _TOPIC_RECLAIM, _TOPIC_EXTEND,
 )  # fmt: skip
 
 
@@ -499,3 +505,86 @@ async def channel_join(redis: Redis, keys: ChannelKeys, member: str, *, history:
 async def channel_leave(redis: Redis, keys: ChannelKeys, member: str) -> bool:
     """Leave a group; False if not a member."""
     return bool(await _CHANNEL_LEAVE(redis, [keys.cursors, keys.log], [member]))
+
+
+# -- topics (durable fan-out to subscriber groups) ----------------------------------------
+
+
+async def topic_publish(
+    redis: Redis, keys: TopicKeys, bodies: Sequence[bytes], *, max_messages: int
+) -> list[str]:
+    """Append messages to a topic; their stream ids."""
+    ids = await _TOPIC_PUBLISH(redis, [keys.log, keys.dropped], [max_messages, *bodies])
+    return [_text(message_id) for message_id in ids]
+
+
+async def topic_ack(
+    redis: Redis,
+    keys: TopicKeys,
+    group: str,
+    consumer: str,
+    batch: Sequence[Settlement],
+    attempts: Sequence[int],
+    *,
+    lease_ms: int,
+    dead_max: int,
+) -> list[bool]:
+    """Settle a subscriber group's messages; True per message settled, False where the
+    lease was lost (another worker claimed it)."""
+    settlements = orjson.dumps(
+        [
+            [s.id.decode(), s.outcome, _error_of(s), s.delay_ms, n]
+            for s, n in zip(batch, attempts, strict=True)
+        ]
+    )
+    codes = await _TOPIC_ACK(
+        redis,
+        [keys.log, keys.retry, keys.dead],
+        [group, consumer, lease_ms, dead_max, keys.processed_channel, settlements],
+    )
+    return [bool(code) for code in codes]
+
+
+async def topic_reclaim(
+    redis: Redis,
+    keys: TopicKeys,
+    group: str,
+    consumer: str,
+    *,
+    lease_ms: int,
+    count: int,
+    cursor: str,
+    max_attempts: int,
+    dead_max: int,
+    trim: bool,
+) -> TopicClaim:
+    """Claim messages whose lease ran out (or whose retry is due); dead-letter those past
+    their attempts; optionally trim what every group processed."""
+    error = encode_error(
+        "LeaseExpired", "lease expired on the last attempt: the worker died or stalled", ""
+    )
+    reply = await _TOPIC_RECLAIM(
+        redis,
+        [keys.log, keys.retry, keys.dead],
+        [group, consumer, lease_ms, count, cursor, max_attempts, dead_max, error, int(trim)],
+    )
+    messages = [
+        (reply[i], _pairs(reply[i + 1]), int(reply[i + 2])) for i in range(2, len(reply), 3)
+    ]
+    return TopicClaim(_text(reply[0]), int(reply[1]), messages)
+
+
+async def topic_extend(
+    redis: Redis, keys: TopicKeys, group: str, consumer: str, ids: Sequence[bytes]
+) -> list[bytes]:
+    """Renew the leases of running messages; the ids no longer held."""
+    return list(await _TOPIC_EXTEND(redis, [keys.log], [group, consumer, *ids]))
+
+
+def _error_of(settlement: Settlement) -> str:
+    """The error a dead letter keeps (a subscriber's result is not kept)."""
+    return settlement.data.decode() if settlement.outcome == "bury" else ""
+
+
+def _pairs(flat: Sequence[bytes]) -> dict[bytes, bytes]:
+    return {flat[i]: flat[i + 1] for i in range(0, len(flat) - 1, 2)}

@@ -1,9 +1,12 @@
-"""The jobs a worker holds in one queue, from take until their ack lands in Redis.
+"""The jobs a worker holds in one queue (or one topic's subscriber group), from take until
+their ack lands in Redis.
 
 A job is *held* from the take call that leased it until the ack of its settlement lands:
 the lease keeper renews what is held, and nothing else may forget a job. Settlements are
 batched: one ack script call for everything that finished while the previous call was in
 flight, so an idle worker acks at once and a busy one acks hundreds of jobs per round trip.
+``Batcher`` is that machinery; ``AckBatcher`` acks a queue's jobs (``ack.lua``), and
+``subscriptions.TopicAcks`` a subscriber group's messages (``topic_ack.lua``).
 """
 
 from __future__ import annotations
@@ -32,24 +35,13 @@ MAX_ACK_BATCH = 500  # bounds one ack script's run time inside Redis
 GIVE_UP_AFTER = 30.0  # at shutdown, stop retrying acks after this long without Redis
 
 
-class AckBatcher(Component):
-    """Holds one queue's leased jobs and settles them in batches."""
+class Batcher(Component):
+    """Holds leased jobs and settles them in batches (``_ack`` sends one batch)."""
 
-    def __init__(
-        self,
-        redis: Redis,
-        keys: QueueKeys,
-        *,
-        result_ttl_ms: int,
-        kept_ms: int | None = None,
-        keep_payload: bool = False,
-        history_ms: int = 0,
-        track_retries: bool = False,
-    ) -> None:
+    def __init__(self, redis: Redis, name: str, *, track_retries: bool = False) -> None:
         super().__init__()
-        self.redis, self.keys, self._result_ttl_ms = redis, keys, result_ttl_ms
-        self._kept_ms, self._keep_payload = kept_ms, keep_payload
-        self.history_ms = history_ms
+        self.redis = redis
+        self.name = name  # the queue's (or the subscriber group's), for logs and observers
         self.held: dict[bytes, Taken] = {}  # leased to this worker until the ack lands
         self.unsettled = 0  # held and not yet settled: running, or waiting for a slot
         self.landed = 0  # ack calls that landed so far
@@ -81,9 +73,11 @@ class AckBatcher(Component):
 
     async def report_progress(self, taken: Taken, data: bytes) -> bool:
         """Record a held job's progress (JSON); False once its lease is not held."""
-        if taken.id not in self.held:
-            return False
-        return await scripts.progress(self.redis, self.keys, taken, data)
+        raise NotImplementedError
+
+    async def _ack(self, batch: list[Settlement]) -> list[bool]:
+        """Send one batch: True per job settled, False where its lease was lost."""
+        raise NotImplementedError
 
     def loops(self) -> list[Coroutine[Any, Any, None]]:
         return [self._run()]
@@ -114,14 +108,10 @@ class AckBatcher(Component):
         """One ack call; False (the batch kept for the next try) if Redis failed."""
         self._in_flight = True
         try:
-            settled = await scripts.ack(
-                self.redis, self.keys, batch, result_ttl_ms=self._result_ttl_ms,
-                kept_ms=self._kept_ms, keep_payload=self._keep_payload,
-                history_ms=self.history_ms,
-            )  # fmt: skip
+            settled = await self._ack(batch)
         except RedisError as exc:  # keep them: the guarantee needs every ack to land
             logger.warning(
-                "acking %d job(s) of %s failed: %s", len(batch), self.keys.name, describe(exc)
+                "acking %d job(s) of %s failed: %s", len(batch), self.name, describe(exc)
             )
             self._pending[:0] = batch
             return False
@@ -135,7 +125,7 @@ class AckBatcher(Component):
             self.held.pop(settlement.id, None)
             if not ok:
                 job_id = settlement.id.decode("utf-8", "backslashreplace")
-                logger.warning("%s", LeaseLost(job_id, self.keys.name, settlement.outcome))
+                logger.warning("%s", LeaseLost(job_id, self.name, settlement.outcome))
         self.landed += 1
         self.landing.set()
 
@@ -148,9 +138,40 @@ class AckBatcher(Component):
                 "giving up acking %d job(s) of %s after %.0fs without Redis: %s%s. They "
                 "stay active in Redis and go back to the queue when their leases expire, "
                 "so they run again (a finished one twice)",
-                len(ids), self.keys.name, GIVE_UP_AFTER, ", ".join(ids[:5]),
+                len(ids), self.name, GIVE_UP_AFTER, ", ".join(ids[:5]),
                 " and more" if len(ids) > 5 else "",
             )  # fmt: skip
             return True
         await asyncio.sleep(RETRY_PAUSE)
         return False
+
+
+class AckBatcher(Batcher):
+    """Holds one queue's leased jobs and settles them in batches (``ack.lua``)."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        keys: QueueKeys,
+        *,
+        result_ttl_ms: int,
+        kept_ms: int | None = None,
+        keep_payload: bool = False,
+        history_ms: int = 0,
+        track_retries: bool = False,
+    ) -> None:
+        super().__init__(redis, keys.name, track_retries=track_retries)
+        self.keys, self._result_ttl_ms = keys, result_ttl_ms
+        self._kept_ms, self._keep_payload = kept_ms, keep_payload
+        self.history_ms = history_ms
+
+    async def report_progress(self, taken: Taken, data: bytes) -> bool:
+        if taken.id not in self.held:
+            return False
+        return await scripts.progress(self.redis, self.keys, taken, data)
+
+    async def _ack(self, batch: list[Settlement]) -> list[bool]:
+        return await scripts.ack(
+            self.redis, self.keys, batch, result_ttl_ms=self._result_ttl_ms,
+            kept_ms=self._kept_ms, keep_payload=self._keep_payload, history_ms=self.history_ms,
+        )  # fmt: skip

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from ..middleware import CallNext, JobContext
     from ..store.records import Taken
     from ..task import Task
-    from .acks import AckBatcher
+    from .acks import Batcher
     from .runner import RunEnv
 
 logger = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class RunningJob:
     """One job this worker holds, from take to settlement."""
 
     taken: Taken
-    acks: AckBatcher  # where its Settlement goes
+    acks: Batcher  # where its Settlement goes
     deadlines: Deadlines
     handle: asyncio.Task[None] | None = None  # the asyncio task running it, once started
     task: Task[..., Any] | None = None  # known once its payload is decoded
@@ -85,11 +85,11 @@ class RunningJob:
         """What observers see of it: built for each callback rather than kept, so that it
         dies young (an object kept for the whole run survives collections, and each one
         that survives makes the garbage collector's next passes longer)."""
-        return JobEvent(self.taken, self.acks.keys.name, self.observed_as or "?")
+        return JobEvent(self.taken, self.acks.name, self.observed_as or "?")
 
     @property
     def queue(self) -> str:
-        return self.acks.keys.name
+        return self.acks.name
 
     @property
     def task_name(self) -> str:
@@ -186,7 +186,7 @@ class InFlight(Component):
         self._abandoned: set[asyncio.Task[None]] = set()
         self._hooks: set[asyncio.Task[None]] = set()  # hooks run outside a job's own task
 
-    def admit(self, taken: Taken, acks: AckBatcher) -> None:
+    def admit(self, taken: Taken, acks: Batcher) -> None:
         """A take call leased ``taken``: it starts now if a slot is free, else it waits."""
         acks.hold(taken)
         self.slots.admit(RunningJob(taken, acks, self._deadlines))

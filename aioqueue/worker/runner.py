@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from ..middleware import CallNext
     from ..store.records import Taken
     from ..task import Task
-    from .acks import AckBatcher
+    from .acks import Batcher
     from .inflight import RunningJob
 
 logger = logging.getLogger(__name__)
@@ -162,7 +162,7 @@ def _context(
     )  # fmt: skip
 
 
-async def _report_progress(acks: AckBatcher, taken: Taken, value: Any) -> bool:
+async def _report_progress(acks: Batcher, taken: Taken, value: Any) -> bool:
     data = encode_result(value)  # the same rule as a result: JSON, or SerializationError
     return await acks.report_progress(taken, data)
 

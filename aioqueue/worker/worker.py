@@ -31,7 +31,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ..errors import ServerRefused, ServerUnavailable, describe
 from ..observers import JobWatchers
 from ..settings import WORKER_DEFAULTS, WorkerSettings, mask_url
-from ..store.keys import QueueKeys
+from ..store.keys import QueueKeys, TopicKeys
 from .aborts import AbortListener
 from .acks import AckBatcher
 from .consumer import QueueConsumer, StrictOrder
@@ -44,6 +44,7 @@ from .promoter import Promoter
 from .retention import DeadLetterTrimmer
 from .runner import RunEnv
 from .scheduler import PeriodicScheduler
+from .subscriptions import TopicAcks, TopicConsumer
 
 if TYPE_CHECKING:
     from collections import Counter
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
     from ..app import App
     from ..priorities import PriorityMode
     from ..settings import QueueOrder
+    from ..topics import Subscriber
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +77,9 @@ class Worker:
     ``priority_mode`` ("strict": higher levels always first; "weighted": levels share the
     slots by ``priority_weights``, default ``p + 1`` for level ``p``, so none starves),
     ``queue_order`` ("fair": every queue takes as it has work; "strict": the order of
-    ``queues`` is their priority, a queue taking only while those before it are dry).
+    ``queues`` is their priority, a queue taking only while those before it are dry),
+    ``subscribers`` (default True: also run the app's topic subscribers, see
+    ``App.subscriber``).
     """
 
     def __init__(
@@ -94,8 +98,10 @@ class Worker:
         priority_weights: Mapping[int, float] | None = WORKER_DEFAULTS.priority_weights,
         queue_order: QueueOrder = WORKER_DEFAULTS.queue_order,
         loop_lag_warning: float = WORKER_DEFAULTS.loop_lag_warning,
+        subscribers: bool = True,
     ) -> None:
         self.app = app
+        self._serve_subscribers = subscribers
         self.settings = WorkerSettings(
             queues=tuple(queues or app.queue_names()),
             concurrency=concurrency,
@@ -114,10 +120,11 @@ class Worker:
         self.state: dict[str, Any] = {}  # shared resources from the app's startup hooks
         self._inflight = InFlight(RunEnv(app.find_task, (), self.state), concurrency=concurrency)
         self._burst_watch: asyncio.Task[None] | None = None
-        self._consumers: list[QueueConsumer] = []
+        self._consumers: list[QueueConsumer | TopicConsumer] = []
         self._order = StrictOrder() if self.settings.queue_order == "strict" else None
         self._intake: list[Component] = []
         self._acks: list[AckBatcher] = []
+        self._topic_acks: list[TopicAcks] = []
         self._background: list[Component] = []
         self._stop_requested = asyncio.Event()
         self._force = False
@@ -157,8 +164,12 @@ class Worker:
         queues = [QueueKeys.for_queue(app.settings.prefix, name) for name in self.settings.queues]
         for keys in queues:
             self._add_queue(redis, keys)
+        if self._serve_subscribers:
+            for subscriber in app.subscribers.values():
+                self._add_subscriber(redis, subscriber)
         self._background = self._background_components(redis, queues)
-        for component in (*self._intake, self._inflight, *self._acks, *self._background):
+        settling = (self._inflight, *self._acks, *self._topic_acks)
+        for component in (*self._intake, *settling, *self._background):
             component.start()
         if self.settings.burst:
             self._burst_watch = asyncio.get_running_loop().create_task(self._stop_when_drained())
@@ -218,6 +229,15 @@ class Worker:
             )  # fmt: skip
             promoter.on_wake(periodic.wake)
             self._intake.append(periodic)
+
+    def _add_subscriber(self, redis: Redis, subscriber: Subscriber) -> None:
+        """The components of one topic's subscriber group: its acks and its consumer."""
+        keys = TopicKeys.of(self.app.settings.prefix, subscriber.topic)
+        acks = TopicAcks(redis, keys, subscriber.group, self.id, lease_ms=self.settings.lease_ms)
+        consumer = TopicConsumer(redis, acks, self._inflight, subscriber, settings=self.settings)
+        self._topic_acks.append(acks)
+        self._consumers.append(consumer)
+        self._intake.append(consumer)
 
     def _background_components(self, redis: Redis, queues: list[QueueKeys]) -> list[Component]:
         settings, app_settings = self.settings, self.app.settings
@@ -288,7 +308,7 @@ class Worker:
         self._inflight.stop_taking()
         await stop_all(self._intake)
         await self._inflight.finish(grace=self.settings.grace, force=self._force)
-        await stop_all(self._acks)
+        await stop_all([*self._acks, *self._topic_acks])
         await stop_all([self._inflight, *self._background])
         for hook in reversed(self.app.shutdown_hooks):
             try:

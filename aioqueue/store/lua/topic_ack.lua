@@ -1,0 +1,64 @@
+--[[ topic_ack: settle a batch of a subscriber group's messages, each fenced by its lease.
+
+A message is leased to the worker (consumer) it was delivered to: its entry in the
+group's pending list names that consumer. A settlement from a consumer that no longer
+owns the entry (its lease expired and another worker claimed it) changes nothing.
+
+KEYS[1] log      STREAM the topic's log (consumer groups = subscriber groups)
+KEYS[2] retry    HASH   "<group> <id>" -> when a retried message's next attempt is due (ms)
+KEYS[3] dead     STREAM dead letters: fields g (group), m (message id), n (attempts),
+                 e (error JSON), b (the message's body, or its fields when it has none)
+ARGV[1] group    the subscriber group
+ARGV[2] consumer the worker that settles
+ARGV[3] lease_ms how long a delivery is leased (a retry waits in the pending list, due
+                 for a claim when its delay is over: at most lease_ms from now; a longer
+                 delay is kept in the retry hash and re-parked by topic_reclaim)
+ARGV[4] dead_max the most dead letters kept (approximately; 0: no bound)
+ARGV[5] channel  pub/sub channel told ("1:*") when messages were processed
+ARGV[6] batch    JSON array of [id, outcome, error JSON, delay_ms, attempts]; outcome is
+                 complete, fail or abort (acknowledged), bury (acknowledged and
+                 dead-lettered), retry (again after delay_ms), release (again at once,
+                 this attempt not counted)
+
+What every group has now processed is trimmed from the log (include/stream_ids.lua).
+Returns one code per message: 1 settled, 0 lease not held.
+]]
+-- @include clock
+-- @include topic_dead
+-- @include stream_ids
+local log, retry, dead = KEYS[1], KEYS[2], KEYS[3]
+local group, consumer, lease_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local dead_max = tonumber(ARGV[4])
+local now = redis_clock()
+local codes, processed = {}, 0
+
+local function owner(id)
+  local entry = redis.call('XPENDING', log, group, id, id, 1)[1]
+  return entry and entry[2]
+end
+
+for i, s in ipairs(cjson.decode(ARGV[6])) do
+  local id, outcome, error, delay_ms, attempts = s[1], s[2], s[3], tonumber(s[4]), s[5]
+  if owner(id) ~= consumer then
+    codes[i] = 0
+  else
+    if outcome == 'retry' then
+      local wait = math.min(math.max(delay_ms, 0), lease_ms)
+      if delay_ms > lease_ms then redis.call('HSET', retry, group .. ' ' .. id, now + delay_ms) end
+      redis.call('XCLAIM', log, group, consumer, 0, id, 'IDLE', lease_ms - wait, 'JUSTID')
+    elseif outcome == 'release' then
+      redis.call('XCLAIM', log, group, consumer, 0, id, 'IDLE', lease_ms,
+        'RETRYCOUNT', math.max(tonumber(attempts) - 1, 0), 'JUSTID')
+    else
+      if outcome == 'bury' then bury_message(log, dead, dead_max, group, id, attempts, error) end
+      redis.call('XACK', log, group, id)
+      processed = processed + 1
+    end
+    codes[i] = 1
+  end
+end
+if processed > 0 then
+  trim_processed(log)
+  redis.call('PUBLISH', ARGV[5], '1:*')
+end
+return codes

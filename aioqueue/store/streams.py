@@ -1,0 +1,30 @@
+"""A topic's plain stream commands (its scripts are in ``scripts``): creating a subscriber
+group, which is a consumer group on the topic's log."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from redis.exceptions import ResponseError
+
+from .keys import validate_name
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+    from .keys import TopicKeys
+
+DEAD_MAX = 10_000  # dead letters kept per topic (approximately)
+
+
+async def create_group(redis: Redis, keys: TopicKeys, group: str) -> bool:
+    """Create a subscriber group at the start of the log (and the log if need be), so it
+    gets every message the log still keeps; False if it existed."""
+    validate_name("subscriber group", group)
+    try:
+        await redis.xgroup_create(keys.log, group, id="0", mkstream=True)
+    except ResponseError as exc:
+        if "BUSYGROUP" in str(exc):
+            return False
+        raise
+    return True

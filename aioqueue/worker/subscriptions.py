@@ -1,0 +1,246 @@
+"""Running a topic's subscriber group: its messages as jobs of this worker.
+
+A ``TopicConsumer`` reads new messages for its group (``XREADGROUP``, blocking while there
+are none, woken at shutdown through a wake stream of its own) and admits each to the
+worker's in-flight jobs as a job of the subscriber's task, so the subscriber runs under
+the same slots, timeouts, middleware, hooks and observers as any task. Its maintenance
+loop renews the leases of what the worker holds (the group's pending list names this
+worker), claims what other workers left behind (lease run out, or a retry now due) and
+trims what every group has processed. ``TopicAcks`` settles the outcomes in batches
+through ``topic_ack.lua``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from redis.exceptions import RedisError, ResponseError
+
+from ..errors import describe
+from ..store import reads, scripts
+from ..store.payload import encode_error
+from ..store.records import Settlement, Taken
+from ..store.streams import DEAD_MAX, create_group
+from .acks import Batcher
+from .loops import RETRY_PAUSE, Component, wait_event
+
+if TYPE_CHECKING:
+    from collections.abc import Coroutine
+
+    from redis.asyncio import Redis
+
+    from ..settings import WorkerSettings
+    from ..store.keys import TopicKeys
+    from ..topics import Subscriber
+    from .inflight import InFlight
+
+logger = logging.getLogger(__name__)
+
+MAX_READ = 500  # messages per read: bounds one reply
+MAINTAIN_EVERY = 0.5  # seconds between claims of messages left behind (and due retries)
+WAKE_TTL_MS = 600_000  # the wake stream outlives a crashed worker by this much; renewed
+_NOT_OURS = encode_error("PayloadError", "not an aioqueue message: the entry has no body", "")
+
+
+class TopicAcks(Batcher):
+    """Holds a subscriber group's messages leased to this worker; settles them in
+    batches."""
+
+    def __init__(
+        self, redis: Redis, keys: TopicKeys, group: str, consumer: str, *, lease_ms: int
+    ) -> None:
+        super().__init__(redis, f"{keys.name}/{group}")
+        self.keys, self.group, self.consumer, self.lease_ms = keys, group, consumer, lease_ms
+
+    async def report_progress(self, taken: Taken, data: bytes) -> bool:
+        """Messages keep no progress (a subscriber's ``set_progress`` records nothing)."""
+        return False
+
+    async def _ack(self, batch: list[Settlement]) -> list[bool]:
+        attempts = [self.held[s.id].attempts if s.id in self.held else 1 for s in batch]
+        return await scripts.topic_ack(
+            self.redis, self.keys, self.group, self.consumer, batch, attempts,
+            lease_ms=self.lease_ms, dead_max=DEAD_MAX,
+        )  # fmt: skip
+
+
+class TopicConsumer(Component):
+    """Reads one subscriber group's messages into the worker's free slots."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        acks: TopicAcks,
+        inflight: InFlight,
+        subscriber: Subscriber,
+        *,
+        settings: WorkerSettings,
+    ) -> None:
+        super().__init__()
+        self.redis, self.keys, self.settings = redis, acks.keys, settings
+        self._acks, self._inflight, self._slots = acks, inflight, inflight.slots
+        self.subscriber, self.group, self.consumer = subscriber, acks.group, acks.consumer
+        self._wake = f"{self.keys.base}:wake:{self.consumer}"  # same slot as the log
+        self._run_name = orjson.dumps(subscriber.run_name)
+        self._cursor = "0-0"  # where the next claim's scan of the pending list resumes
+        self._renewed_at = 0.0
+
+    def loops(self) -> list[Coroutine[Any, Any, None]]:
+        return [self._read_loop(), self._maintain_loop()]
+
+    async def unblock(self) -> None:
+        """End a blocking read now: an entry on this consumer's own wake stream."""
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.xadd(self._wake, {"stop": "1"})
+                pipe.pexpire(self._wake, WAKE_TTL_MS)
+                await pipe.execute()
+        except RedisError as exc:
+            logger.warning("could not wake the reader of %s: %s", self._acks.name, describe(exc))
+
+    # -- reading new messages ----------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        while not self.stopping.is_set() and not await self._prepare():
+            await wait_event(self.stopping, RETRY_PAUSE)
+        blocking = False
+        while not self.stopping.is_set():
+            room = self._slots.room
+            if room <= 0:
+                await self._slots.wait_change()
+                continue
+            count = min(MAX_READ, room)
+            try:
+                got = await self._read(count, blocking)
+            except RedisError as exc:
+                await self._read_failed(exc)
+                continue
+            if got < count and not blocking:
+                if self.settings.burst:
+                    if await self._drained():
+                        self.stopping.set()  # the maintenance loop ends too: joined
+                        break
+                    continue
+                blocking = True  # nothing more now: wait for the next message
+            elif got:
+                blocking = False
+        with contextlib.suppress(RedisError):  # else it expires
+            await self.redis.delete(self._wake)
+
+    async def _prepare(self) -> bool:
+        """Create the group (at the start of the log: nothing published before the first
+        worker is missed) and this consumer's wake stream; False after a Redis error."""
+        try:
+            await create_group(self.redis, self.keys, self.group)
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.delete(self._wake)
+                pipe.xgroup_create(self._wake, self.group, id="$", mkstream=True)
+                pipe.pexpire(self._wake, WAKE_TTL_MS)  # renewed with the leases
+                await pipe.execute()
+        except RedisError as exc:
+            logger.warning("serving %s failed: %s", self._acks.name, describe(exc))
+            return False
+        return True
+
+    async def _read(self, count: int, blocking: bool) -> int:
+        """One XREADGROUP of new messages (blocking: until one comes, the wake stream is
+        written, or idle_wait passes); admits what it got, returns how many."""
+        entries = await reads.topic_new_messages(
+            self.redis, self.keys, self.group, self.consumer, count=count,
+            block_ms=int(self.settings.idle_wait * 1000) if blocking else None,
+            wake=self._wake if blocking else None,
+        )  # fmt: skip
+        for entry_id, fields in entries:  # (a wake-up entry is read, never acknowledged:
+            self._admit(entry_id, fields, 1)  # the stream is dropped at the next start)
+        return len(entries)
+
+    async def _read_failed(self, exc: RedisError) -> None:
+        if isinstance(exc, ResponseError) and "NOGROUP" in str(exc):
+            logger.warning("%s: the group or log was deleted; creating it again", self._acks.name)
+            await self._prepare()
+        else:
+            logger.warning("reading %s failed: %s", self._acks.name, describe(exc))
+        await wait_event(self.stopping, RETRY_PAUSE)
+
+    def _admit(self, entry_id: bytes, fields: dict[bytes, bytes], attempts: int) -> None:
+        body = fields.get(b"b")
+        lease = self.consumer
+        if body is None:  # not written by aioqueue: dead-lettered with its fields
+            taken = Taken(entry_id, b"", attempts, 0, lease)
+            self._acks.hold(taken)
+            logger.warning("message %s of %s buried: no body", taken.job_id, self._acks.name)
+            self._acks.settle(Settlement(entry_id, lease, "bury", _NOT_OURS))
+            return
+        payload = b'{"t":' + self._run_name + b',"a":[' + body + b"]}"
+        self._inflight.admit(Taken(entry_id, payload, attempts, 0, lease), self._acks)
+
+    async def _drained(self) -> bool:
+        """Burst mode: True once nothing new is there, nothing held is unsettled, and the
+        group has nothing pending (running elsewhere, or a retry to come; without
+        ``wait_retries``, pending messages do not hold a burst worker)."""
+        acks = self._acks
+        if not acks.idle:
+            acks.landing.clear()
+            await wait_event(acks.landing, MAINTAIN_EVERY)
+            return False
+        if not self.settings.wait_retries:
+            return True
+        try:
+            pending = await self.redis.xpending(self.keys.log, self.group)
+        except RedisError:
+            return False
+        if not pending["pending"]:
+            return True
+        await wait_event(self.stopping, MAINTAIN_EVERY / 2)
+        return False
+
+    # -- leases, claims, trimming ------------------------------------------------------
+
+    async def _maintain_loop(self) -> None:
+        while not await wait_event(self.stopping, MAINTAIN_EVERY):
+            try:
+                await self._renew()
+                await self._claim()
+            except RedisError as exc:
+                logger.warning("maintaining %s failed: %s", self._acks.name, describe(exc))
+
+    async def _renew(self) -> None:
+        """Renew the leases of held messages every third of a lease."""
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._renewed_at < self.settings.lease / 3:
+            return
+        self._renewed_at = loop.time()
+        await self.redis.pexpire(self._wake, WAKE_TTL_MS)
+        held = list(self._acks.held)
+        if not held:
+            return
+        lost = await scripts.topic_extend(self.redis, self.keys, self.group, self.consumer, held)
+        for entry_id in lost:
+            logger.warning(
+                "message %s of %s: lease lost (claimed by another worker, or trimmed)",
+                entry_id.decode("utf-8", "replace"), self._acks.name,
+            )  # fmt: skip
+
+    async def _claim(self) -> None:
+        """Claim messages whose lease ran out or whose retry is due (and trim)."""
+        if self.stopping.is_set():
+            return
+        options = self.subscriber.task.options
+        claim = await scripts.topic_reclaim(
+            self.redis, self.keys, self.group, self.consumer,
+            lease_ms=self.settings.lease_ms, count=max(1, min(MAX_READ, self._slots.room)),
+            cursor=self._cursor, max_attempts=options.max_attempts, dead_max=DEAD_MAX,
+            trim=True,
+        )  # fmt: skip
+        self._cursor = claim.cursor
+        if claim.buried:
+            logger.warning(
+                "%d message(s) of %s dead-lettered: lease expired on the last attempt",
+                claim.buried, self._acks.name,
+            )  # fmt: skip
+        for entry_id, fields, attempts in claim.messages:
+            self._admit(entry_id, fields, attempts)

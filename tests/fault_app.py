@@ -128,6 +128,12 @@ async def hang_first_run(job: str, seconds: float) -> dict[str, int]:
     return {"pid": os.getpid(), "attempt": aioqueue.current_job().attempt}
 
 
+async def consume(message: dict[str, str]) -> None:
+    """A topic's subscriber: record the run, then take a moment (in flight when killed)."""
+    await recorder().record(message["m"])
+    await asyncio.sleep(0.02)
+
+
 # -- misbehaving handlers -----------------------------------------------------------------
 
 
@@ -254,6 +260,7 @@ def build(prefix: str, redis_url: str | None = None) -> tuple[aioqueue.App, Reco
     app.task(timeout=0.3, retries=0)(sync_hangs)
     app.task(retries=20, backoff=QUICK_RETRY)(ok)
     app.task(retries=0)(echo)
+    app.subscriber("faults", group="g", retries=20, backoff=QUICK_RETRY, timeout=30)(consume)
     return app, runs
 
 

@@ -340,6 +340,46 @@ async def test_sigkill_mid_batch_loses_nothing(
     assert await queue.counts() == aioqueue.QueueCounts(0, 0, 0, 0)
 
 
+async def test_sigkill_mid_stream_loses_no_topic_message(
+    redis_url: str, prefix: str, redis: Redis, closing: contextlib.AsyncExitStack
+) -> None:
+    """A worker SIGKILLed in the middle of 2,000 messages of a topic: what it held stays in
+    the subscriber group's pending list until its lease runs out, then a second worker
+    claims it. Only messages pending at the kill may run twice; none is lost."""
+    app, recorder = fault_app_on(redis_url, prefix, closing)
+    topic = app.topic("faults")
+    names = [f"m{n:04d}" for n in range(JOBS)]
+    await topic.add_group("g")
+    await topic.publish_many({"m": name} for name in names)
+    async with worker_process(redis_url, prefix, "-c", str(CONCURRENCY), "--lease", "1") as victim:
+        await wait_until(lambda: run_count_at_least(recorder, JOBS // 3), timeout=30)
+        victim.signal(signal.SIGKILL)
+        assert await victim.exited(timeout=10) == -signal.SIGKILL
+    pending_at_kill = (await redis.xpending(topic.keys.log, "g"))["pending"]
+    ran_before = await recorder.runs()
+    assert 0 < len(ran_before) < JOBS, "the kill was not mid-stream"
+
+    async def processed() -> bool:
+        group = (await topic.info()).groups["g"]
+        return group.pending == 0 and group.lag == 0
+
+    async with app.worker(concurrency=CONCURRENCY, lease=1):
+        await settle(processed, timeout=30)
+    runs = await recorder.runs()
+    lost = [name for name in names if not runs.get(name)]
+    duplicated = {name for name, name_runs in runs.items() if len(name_runs) > 1}
+    print(  # noqa: T201 - the scenario's numbers, for the report (pytest -s)
+        f"\n[topic sigkill] lost {len(lost)}, ran twice {len(duplicated)}, "
+        f"pending at the kill {pending_at_kill}"
+    )
+    assert lost == []
+    assert await processed()
+    assert duplicated <= set(ran_before)
+    assert len(duplicated) <= pending_at_kill
+    info = await topic.info()
+    assert (info.dead, info.size) == (0, 0)  # all processed: trimmed
+
+
 # -- 2. SIGTERM ----------------------------------------------------------------------------
 
 GRACE = 1.5

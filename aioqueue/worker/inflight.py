@@ -186,10 +186,15 @@ class InFlight(Component):
         self._abandoned: set[asyncio.Task[None]] = set()
         self._hooks: set[asyncio.Task[None]] = set()  # hooks run outside a job's own task
 
-    def admit(self, taken: Taken, acks: Batcher) -> None:
-        """A take call leased ``taken``: it starts now if a slot is free, else it waits."""
+    def admit(self, taken: Taken, acks: Batcher, *, reserved: bool = True) -> None:
+        """A take call leased ``taken`` (into room it reserved in the slots, unless not
+        ``reserved``): it starts now if a slot is free, else it waits."""
         acks.hold(taken)
-        self.slots.admit(RunningJob(taken, acks, self._deadlines))
+        job = RunningJob(taken, acks, self._deadlines)
+        if reserved:
+            self.slots.admit(job)
+        else:
+            self.slots.admit_unreserved(job)
 
     def _start(self, job: RunningJob) -> None:
         loop = asyncio.get_running_loop()

@@ -82,6 +82,12 @@ class Slots(Generic[T]):
         else:
             self._waiting.append((asyncio.get_running_loop().time(), job))
 
+    def admit_unreserved(self, job: T) -> None:
+        """A job that arrived without a reservation (a blocking read's): it starts if a
+        slot is free, else it waits like a job taken ahead."""
+        self._reserved += 1
+        self.admit(job)
+
     def end(self) -> None:
         """A job ended: its slot goes to the longest-waiting job, if any."""
         self.ended += 1

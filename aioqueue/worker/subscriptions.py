@@ -149,13 +149,21 @@ class TopicConsumer(Component):
     async def _read(self, count: int, blocking: bool) -> int:
         """One XREADGROUP of new messages (blocking: until one comes, the wake stream is
         written, or idle_wait passes); admits what it got, returns how many."""
-        entries = await reads.topic_new_messages(
-            self.redis, self.keys, self.group, self.consumer, count=count,
-            block_ms=int(self.settings.idle_wait * 1000) if blocking else None,
-            wake=self._wake if blocking else None,
-        )  # fmt: skip
+        # A blocking read reserves no room (it would hold the room from the worker's
+        # queues while it waits): what it brings is admitted unreserved, to wait if need be.
+        reserved = 0 if blocking else self._slots.reserve(count)
+        try:
+            entries = await reads.topic_new_messages(
+                self.redis, self.keys, self.group, self.consumer, count=reserved or 1,
+                block_ms=int(self.settings.idle_wait * 1000) if blocking else None,
+                wake=self._wake if blocking else None,
+            )  # fmt: skip
+        except BaseException:
+            self._slots.unreserve(reserved)
+            raise
         for entry_id, fields in entries:  # (a wake-up entry is read, never acknowledged:
-            self._admit(entry_id, fields, 1)  # the stream is dropped at the next start)
+            self._admit(entry_id, fields, 1, reserved=bool(reserved))  # dropped at start)
+        self._slots.unreserve(max(0, reserved - len(entries)))
         return len(entries)
 
     async def _read_failed(self, exc: RedisError) -> None:
@@ -166,17 +174,22 @@ class TopicConsumer(Component):
             logger.warning("reading %s failed: %s", self._acks.name, describe(exc))
         await wait_event(self.stopping, RETRY_PAUSE)
 
-    def _admit(self, entry_id: bytes, fields: dict[bytes, bytes], attempts: int) -> None:
+    def _admit(
+        self, entry_id: bytes, fields: dict[bytes, bytes], attempts: int, *, reserved: bool
+    ) -> None:
         body = fields.get(b"b")
         lease = self.consumer
         if body is None:  # not written by aioqueue: dead-lettered with its fields
+            if reserved:
+                self._slots.unreserve(1)
             taken = Taken(entry_id, b"", attempts, 0, lease)
             self._acks.hold(taken)
             logger.warning("message %s of %s buried: no body", taken.job_id, self._acks.name)
             self._acks.settle(Settlement(entry_id, lease, "bury", _NOT_OURS))
             return
         payload = b'{"t":' + self._run_name + b',"a":[' + body + b"]}"
-        self._inflight.admit(Taken(entry_id, payload, attempts, 0, lease), self._acks)
+        taken = Taken(entry_id, payload, attempts, 0, lease)
+        self._inflight.admit(taken, self._acks, reserved=reserved)
 
     async def _drained(self) -> bool:
         """Burst mode: True once nothing new is there, nothing held is unsettled, and the
@@ -229,13 +242,20 @@ class TopicConsumer(Component):
         """Claim messages whose lease ran out or whose retry is due (and trim)."""
         if self.stopping.is_set():
             return
+        reserved = self._slots.reserve(MAX_READ)
+        if not reserved:
+            return  # no room: what waits for a claim keeps waiting
         options = self.subscriber.task.options
-        claim = await scripts.topic_reclaim(
-            self.redis, self.keys, self.group, self.consumer,
-            lease_ms=self.settings.lease_ms, count=max(1, min(MAX_READ, self._slots.room)),
-            cursor=self._cursor, max_attempts=options.max_attempts, dead_max=DEAD_MAX,
-            trim=True,
-        )  # fmt: skip
+        try:
+            claim = await scripts.topic_reclaim(
+                self.redis, self.keys, self.group, self.consumer,
+                lease_ms=self.settings.lease_ms, count=reserved, cursor=self._cursor,
+                max_attempts=options.max_attempts, dead_max=DEAD_MAX, trim=True,
+            )  # fmt: skip
+        except BaseException:
+            self._slots.unreserve(reserved)
+            raise
+        self._slots.unreserve(reserved - len(claim.messages))
         self._cursor = claim.cursor
         if claim.buried:
             logger.warning(
@@ -243,4 +263,4 @@ class TopicConsumer(Component):
                 claim.buried, self._acks.name,
             )  # fmt: skip
         for entry_id, fields, attempts in claim.messages:
-            self._admit(entry_id, fields, attempts)
+            self._admit(entry_id, fields, attempts, reserved=True)

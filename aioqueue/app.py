@@ -23,7 +23,7 @@ from .settings import (
     redis_url_from_env,
 )
 from .store.connection import Clients, failure, make_clients
-from .store.keys import validate_name
+from .store.keys import channels_registry, validate_name
 from .store.scripts import load_all
 from .store.server import warn_if_evicting
 from .store.settled import SettledListener
@@ -380,6 +380,15 @@ class App:
             return registered
 
         return register
+
+    async def topics(self) -> list[Topic]:
+        """Every topic with a subscriber group under this app's prefix (and every topic
+        this app has subscribers for), by name."""
+        redis = await self.client()
+        listed: set[bytes] = await redis.smembers(channels_registry(self.settings.prefix))  # type: ignore[assignment]
+        names = {raw.decode().partition(":")[2] for raw in listed if raw.startswith(b"topic:")}
+        names |= {subscriber.topic for subscriber in self._subscribers.values()}
+        return [self.topic(name) for name in sorted(names)]
 
     @property
     def subscribers(self) -> dict[str, Subscriber]:

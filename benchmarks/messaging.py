@@ -173,6 +173,38 @@ class Bench:
         assert counts == [self.n] * members, counts
         return self.n * members / seconds
 
+    # -- topics ------------------------------------------------------------------------
+
+    async def topic_publish(self) -> float:
+        topic, started = self.app.topic("pub"), time.perf_counter()
+        await topic.publish_many(self.bodies)  # (1,000 per call)
+        return self.n / since(started)
+
+    async def subscriber_drain(self, groups: int) -> float:
+        """``groups`` subscriber groups run by one in-process burst worker (concurrency
+        100, no-op handlers): deliveries per second, from worker start to drained."""
+        app = aioqueue.App(redis_url=self.app.redis_url, prefix="bench-sub")
+        handled = 0
+
+        def subscribe(group: str) -> None:
+            @app.subscriber("drain", group=group)
+            async def handle(body: Any) -> None:
+                nonlocal handled
+                handled += 1
+
+        names = [f"g{m}" for m in range(groups)]
+        for name in names:
+            subscribe(name)
+            await app.topic("drain").add_group(name)
+        await app.topic("drain").publish_many(self.bodies)
+        worker = app.worker(burst=True, concurrency=100, queues=["idle"])
+        started = time.perf_counter()
+        await worker.run_until_idle()
+        seconds = since(started)
+        await app.close()
+        assert handled == self.n * groups, handled
+        return self.n * groups / seconds
+
     # -- fetch cost --------------------------------------------------------------------
 
     async def fetch_cost(self, kept: int) -> tuple[float, float]:
@@ -257,6 +289,14 @@ async def run(url: str, messages: int, sizes: tuple[int, int], fetches: int) -> 
              lambda: bench.group_drain(1), lambda: bench.streams_drain(1)),
             (f"fan-out: {MEMBERS} members vs {MEMBERS} consumer groups (deliveries/s)",
              lambda: bench.group_drain(MEMBERS), lambda: bench.streams_drain(MEMBERS)),
+            ("publish: topic.publish_many (1000 per call) vs XADD pipelined 1000",
+             bench.topic_publish, lambda: bench.xadd_pipelined(1000)),
+            ("topic drain: 1 subscriber group, a burst worker (concurrency 100, no-op "
+             "handler) vs XREADGROUP 1000 + XACK",
+             lambda: bench.subscriber_drain(1), lambda: bench.streams_drain(1)),
+            ("topic fan-out: 3 subscriber groups, one worker vs 3 consumer groups "
+             "(deliveries/s)",
+             lambda: bench.subscriber_drain(3), lambda: bench.streams_drain(3)),
         ]  # fmt: skip
         out += ["| figure (messages/s) | aioqueue | bare Streams | aioqueue / bare |",
                 "|---|---:|---:|---:|"]  # fmt: skip

@@ -135,3 +135,27 @@ async def test_info_lists_mailboxes_and_groups_with_their_laggards(
     mailbox = [cell.strip() for cell in rows[("mailbox", "user-42")].strip("│ ").split("│")]
     assert mailbox == ["mailbox", "user-42", "2", "2", "0", "(reader) 2", "0"]
     await producer.close()
+
+
+async def test_info_lists_topics_with_each_subscriber_group(
+    cli_env: dict[str, str], producer: aioqueue.App
+) -> None:
+    code, out, _ = await run_cli(["info", TARGET], env=cli_env)
+    assert code == 0 and "topics" not in out  # none yet: no topics table
+    logs = producer.topic("logs")
+    await logs.add_group("analytics")
+    await logs.add_group("archive")
+    await logs.publish_many(range(5))
+
+    code, out, err = await run_cli(["info", TARGET], env=cli_env)
+    assert code == 0, err
+    rows = [
+        [cell.strip() for cell in line.strip().split("│")[1:-1]]
+        for line in out.splitlines()
+        if "analytics" in line or "archive" in line
+    ]
+    assert rows == [
+        ["logs", "5", "0", "0", "analytics", "0", "0", "5"],
+        ["", "", "", "", "archive", "0", "0", "5"],
+    ]
+    await producer.close()

@@ -141,6 +141,10 @@ async def test_loader_sends_each_reminder_once(examples_url: str) -> None:
         ("examples.webapp", "complete  {'email': 'linus@example.com', 'verify_url': "),
         ("examples.loader", "sent: [1, 1, 1, 1, 1, 1, 1, 1] (each reminder once)"),
         ("examples.chat", "(#general [1, 2, 3] again: read at least once, never lost)"),
+        (
+            "examples.log_fanout",
+            "lines seen per processor: {'errors': 10000, 'latency': 10000, 'levels': 10000}",
+        ),
     ],
 )
 def test_example_starts_its_own_server_without_a_url(module: str, expected: str) -> None:

@@ -19,7 +19,15 @@ from ..errors import ConfigError
 from ..settings import ENV_REDIS_URL
 from ..store.heartbeats import mixed_task_sets, mixed_windows
 from ..store.server import eviction
-from .tables import QueueSnapshot, channels_table, console, info_table, iso, jobs_table
+from .tables import (
+    QueueSnapshot,
+    channels_table,
+    console,
+    info_table,
+    iso,
+    jobs_table,
+    topics_table,
+)
 
 if TYPE_CHECKING:
     import argparse
@@ -94,9 +102,13 @@ async def run_info(app: App, args: argparse.Namespace) -> int:
 
 
 async def _info(app: App, names: list[str]) -> RenderableType:
-    queues = info_table(await _snapshots(app, names))
-    channels = await _channels(app)
-    return Group(queues, channels_table(channels)) if channels else queues
+    tables: list[RenderableType] = [info_table(await _snapshots(app, names))]
+    if channels := await _channels(app):
+        tables.append(channels_table(channels))
+    if topics := await app.topics():
+        infos = await asyncio.gather(*(topic.info() for topic in topics))
+        tables.append(topics_table([(t.name, i) for t, i in zip(topics, infos, strict=True)]))
+    return Group(*tables) if len(tables) > 1 else tables[0]
 
 
 async def _channels(app: App) -> list[tuple[str, str, ChannelInfo]]:

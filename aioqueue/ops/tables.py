@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from ..messaging import ChannelInfo
     from ..store.records import JobInfo, MinuteCounts, QueueCounts
+    from ..topics import GroupInfo, TopicInfo
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +84,33 @@ def channels_table(channels: Sequence[tuple[str, str, ChannelInfo]]) -> Table:
             kind, name, str(info.size), str(info.last_id), str(len(info.cursors)), lag,
             f"[red]{info.dropped}[/red]" if info.dropped else "0",
         )  # fmt: skip
+    return table
+
+
+def topics_table(topics: Sequence[tuple[str, TopicInfo]]) -> Table:
+    """Per topic and subscriber group: messages kept, dropped by the bound, dead letters;
+    each group's consumers (workers), messages pending (running or waiting for a retry)
+    and not yet delivered (lag)."""
+    table = Table(title="topics", title_justify="left")
+    table.add_column("topic", no_wrap=True)
+    for name in ("kept", "dropped", "dead"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("group", no_wrap=True)
+    for name in ("workers", "pending", "lag"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for name, info in topics:
+        head = [
+            name, str(info.size), f"[red]{info.dropped}[/red]" if info.dropped else "0",
+            f"[red]{info.dead}[/red]" if info.dead else "0",
+        ]  # fmt: skip
+        groups: list[GroupInfo | None] = [*info.groups.values()] or [None]
+        for group in groups:
+            cells = ["-", "", "", ""] if group is None else [
+                group.name, str(group.consumers), str(group.pending),
+                "?" if group.lag is None else str(group.lag),
+            ]  # fmt: skip
+            table.add_row(*head, *cells)
+            head = ["", "", "", ""]
     return table
 
 

@@ -237,11 +237,12 @@ class TopicKeys:
 
     name: str
     base: str  # "<prefix>:{topic:<name>}"
+    registry: str  # the prefix's list of channels (``channels_registry``): "topic:<name>"
 
     @classmethod
     def of(cls, prefix: str, name: str) -> TopicKeys:
         validate_name("topic", name)
-        return cls(name, f"{prefix}:{{topic:{name}}}")
+        return cls(name, f"{prefix}:{{topic:{name}}}", channels_registry(prefix))
 
     @property
     def log(self) -> str:
@@ -273,5 +274,6 @@ def member_groups(prefix: str, member: str) -> str:
 
 
 def channels_registry(prefix: str) -> str:
-    """The SET of every mailbox ("mailbox:<name>") and group ("group:<name>") in use."""
+    """The SET of every mailbox ("mailbox:<name>"), group ("group:<name>") and topic
+    ("topic:<name>") in use."""
     return f"{prefix}:channels"

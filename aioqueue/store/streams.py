@@ -19,12 +19,15 @@ DEAD_MAX = 10_000  # dead letters kept per topic (approximately)
 
 async def create_group(redis: Redis, keys: TopicKeys, group: str) -> bool:
     """Create a subscriber group at the start of the log (and the log if need be), so it
-    gets every message the log still keeps; False if it existed."""
+    gets every message the log still keeps, and list the topic in the prefix's registry
+    (another slot: its own call); False if the group existed."""
     validate_name("subscriber group", group)
+    created = True
     try:
         await redis.xgroup_create(keys.log, group, id="0", mkstream=True)
     except ResponseError as exc:
-        if "BUSYGROUP" in str(exc):
-            return False
-        raise
-    return True
+        if "BUSYGROUP" not in str(exc):
+            raise
+        created = False
+    await redis.sadd(keys.registry, f"topic:{keys.name}")
+    return created

@@ -84,7 +84,8 @@ class TopicConsumer(Component):
         self.redis, self.keys, self.settings = redis, acks.keys, settings
         self._acks, self._inflight, self._slots = acks, inflight, inflight.slots
         self.subscriber, self.group, self.consumer = subscriber, acks.group, acks.consumer
-        self._wake = f"{self.keys.base}:wake:{self.consumer}"  # same slot as the log
+        # Its own wake stream (in the log's slot): each group of a topic has one per worker.
+        self._wake = f"{self.keys.base}:wake:{self.group}:{self.consumer}"
         self._run_name = orjson.dumps(subscriber.run_name)
         self._cursor = "0-0"  # where the next claim's scan of the pending list resumes
         self._renewed_at = 0.0
@@ -233,6 +234,8 @@ class TopicConsumer(Component):
             return
         lost = await scripts.topic_extend(self.redis, self.keys, self.group, self.consumer, held)
         for entry_id in lost:
+            if entry_id not in self._acks.held:
+                continue  # its ack landed meanwhile
             logger.warning(
                 "message %s of %s: lease lost (claimed by another worker, or trimmed)",
                 entry_id.decode("utf-8", "replace"), self._acks.name,

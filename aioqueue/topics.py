@@ -204,11 +204,13 @@ class Topic:
 class Subscriber:
     """A handler registered with ``@app.subscriber(topic, group=...)``: aioqueue workers
     call it once per message of the topic for its group, with the message body as its
-    one argument. Hooks attach as on a task (``@analyse.on_dead``); calling it runs the
-    handler in-process."""
+    one argument (with ``batch``: a list of up to that many bodies). Hooks attach as on
+    a task (``@analyse.on_dead``); calling it runs the handler in-process."""
 
-    def __init__(self, topic: str, group: str, task: Task[..., Any]) -> None:
-        self.topic, self.group, self.task = topic, group, task
+    def __init__(
+        self, topic: str, group: str, task: Task[..., Any], batch: int | None = None
+    ) -> None:
+        self.topic, self.group, self.task, self.batch = topic, group, task, batch
 
     @property
     def run_name(self) -> str:
@@ -219,6 +221,7 @@ class Subscriber:
         return f"Subscriber({self.topic!r}, group={self.group!r})"
 
     def __call__(self, body: Any) -> Any:
+        """Run the handler in-process (a test's shortcut)."""
         return self.task.fn(body)
 
     def on_success(self, hook: SuccessHook) -> SuccessHook:

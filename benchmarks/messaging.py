@@ -12,7 +12,9 @@ on a flushed server each time. Tables:
   1. throughput, aioqueue vs bare: publish (``send_many`` in batches vs pipelined XADD;
      single ``send`` from concurrent senders vs concurrent XADD), one group member
      draining (fetch 1000 + ack) vs XREADGROUP COUNT 1000 + XACK, and fan-out (10 members
-     vs 10 consumer groups on one stream, deliveries = messages x members)
+     vs 10 consumer groups on one stream, deliveries = messages x members); topics:
+     ``publish_many``, and subscriber groups run by a burst worker in this process (a
+     run per message, or ``batch=100``) vs bare consumer groups
   2. fetch cost: 100 messages at a cursor halfway along a group's log of a small and a
      large size (vs XRANGE after an id), and their ratio (O(log n + k): near 1)
   3. memory per stored message: used_memory delta and MEMORY USAGE of the key
@@ -180,17 +182,18 @@ class Bench:
         await topic.publish_many(self.bodies)  # (1,000 per call)
         return self.n / since(started)
 
-    async def subscriber_drain(self, groups: int) -> float:
+    async def subscriber_drain(self, groups: int, batch: int | None = None) -> float:
         """``groups`` subscriber groups run by one in-process burst worker (concurrency
-        100, no-op handlers): deliveries per second, from worker start to drained."""
+        100, no-op handlers; with ``batch``, handlers of lists): deliveries per second,
+        from worker start to drained."""
         app = aioqueue.App(redis_url=self.app.redis_url, prefix="bench-sub")
         handled = 0
 
         def subscribe(group: str) -> None:
-            @app.subscriber("drain", group=group)
+            @app.subscriber("drain", group=group, batch=batch)
             async def handle(body: Any) -> None:
                 nonlocal handled
-                handled += 1
+                handled += len(body) if batch else 1
 
         names = [f"g{m}" for m in range(groups)]
         for name in names:
@@ -297,6 +300,11 @@ async def run(url: str, messages: int, sizes: tuple[int, int], fetches: int) -> 
             ("topic fan-out: 3 subscriber groups, one worker vs 3 consumer groups "
              "(deliveries/s)",
              lambda: bench.subscriber_drain(3), lambda: bench.streams_drain(3)),
+            ("topic drain, batch=100: 1 subscriber group taking lists, a burst worker vs "
+             "XREADGROUP 1000 + XACK",
+             lambda: bench.subscriber_drain(1, 100), lambda: bench.streams_drain(1)),
+            ("topic fan-out, batch=100: 3 subscriber groups vs 3 consumer groups",
+             lambda: bench.subscriber_drain(3, 100), lambda: bench.streams_drain(3)),
         ]  # fmt: skip
         out += ["| figure (messages/s) | aioqueue | bare Streams | aioqueue / bare |",
                 "|---|---:|---:|---:|"]  # fmt: skip

@@ -13,7 +13,9 @@ from redis.asyncio import Redis
 
 import aioqueue
 from aioqueue.backoff import Fixed
+from aioqueue.store import scripts
 from aioqueue.store.keys import TopicKeys
+from aioqueue.store.records import Settlement
 from tests.helpers import run_until_idle, wait_until
 
 
@@ -208,6 +210,26 @@ async def test_a_message_whose_lease_ran_out_on_its_last_attempt_is_dead(
     assert dead.error is not None and dead.error.type == "LeaseExpired"
 
 
+async def test_an_ack_from_a_worker_that_lost_the_lease_changes_nothing(
+    app: aioqueue.App, redis: Redis
+) -> None:
+    keys = TopicKeys.of(app.settings.prefix, "t")
+    await app.topic("t").add_group("g")
+    [first, second] = await app.topic("t").publish_many([1, 2])
+    await redis.xreadgroup("g", "old", {keys.log: ">"}, count=2)
+    await redis.xclaim(keys.log, "g", "new", 0, [first])  # its lease ran out: claimed
+    batch = [
+        Settlement(first.encode(), "old", "complete"),
+        Settlement(second.encode(), "old", "complete"),
+    ]
+    acked = await scripts.topic_ack(
+        await app.client(), keys, "g", "old", batch, [1, 1], lease_ms=30_000, dead_max=0
+    )
+    assert acked == [False, True]
+    pending = await redis.xpending_range(keys.log, "g", "-", "+", 10)
+    assert [(p["message_id"], p["consumer"]) for p in pending] == [(first.encode(), b"new")]
+
+
 async def test_the_length_bound_drops_the_oldest_and_counts_them(app: aioqueue.App) -> None:
     logs = app.topic("t", max_messages=10)
     await logs.add_group("slow")  # a group that never reads
@@ -267,6 +289,62 @@ async def test_wait_processed_returns_when_every_group_is_through(app: aioqueue.
     await wait_until(trimmed)  # what every group processed goes (within a claim interval)
 
 
+async def test_a_batch_subscriber_gets_lists_of_bodies(app: aioqueue.App, redis: Redis) -> None:
+    batches: list[list[int]] = []
+
+    @app.subscriber("t", group="g", batch=10)
+    async def bulk(bodies: list[int]) -> None:
+        batches.append(bodies)
+
+    keys = TopicKeys.of(app.settings.prefix, "t")
+    await app.topic("t").add_group("g")
+    await app.topic("t").publish_many(range(95))
+    await redis.xadd(keys.log, {"b": b"not json"})  # buried alone, not with its batch
+    await app.topic("t").publish(95)
+    worker = await run_until_idle(app)
+    assert sorted(n for batch in batches for n in batch) == list(range(96))
+    assert max(len(batch) for batch in batches) == 10
+    assert worker.outcomes["complete"] == len(batches) < 96  # runs, not messages
+    [dead] = await app.topic("t").dead_letters()
+    assert dead.raw == b"not json" and dead.error is not None
+    assert "not valid JSON" in dead.error.message
+    assert (await app.topic("t").info()).size == 0
+
+
+async def test_a_failing_batch_is_retried_and_each_message_dead_lettered(
+    app: aioqueue.App,
+) -> None:
+    runs: list[list[int]] = []
+
+    @app.subscriber("t", group="g", batch=10, retries=1, backoff=Fixed(0))
+    async def bulk(bodies: list[int]) -> None:
+        runs.append(bodies)
+        raise ValueError("bad batch")
+
+    await app.topic("t").publish_many([1, 2, 3])
+    await run_until_idle(app)
+    assert sorted(n for batch in runs for n in batch) == [1, 1, 2, 2, 3, 3]  # 2 attempts each
+    dead = await app.topic("t").dead_letters()
+    assert sorted(d.body for d in dead) == [1, 2, 3]
+    assert {(d.attempts, d.error.type if d.error else "") for d in dead} == {(2, "ValueError")}
+
+
+async def test_a_batch_held_by_a_dead_worker_runs_again(app: aioqueue.App, redis: Redis) -> None:
+    got: list[int] = []
+
+    @app.subscriber("t", group="g", batch=50)
+    async def bulk(bodies: list[int]) -> None:
+        got.extend(bodies)
+
+    keys = TopicKeys.of(app.settings.prefix, "t")
+    await app.topic("t").add_group("g")
+    await app.topic("t").publish_many(range(30))
+    await redis.xreadgroup("g", "dead-worker", {keys.log: ">"}, count=20)
+    await run_until_idle(app, lease=1)
+    assert sorted(got) == list(range(30))
+    assert (await redis.xpending(keys.log, "g"))["pending"] == 0
+
+
 async def test_bad_bodies_raise_and_write_nothing(app: aioqueue.App) -> None:
     logs = app.topic("t")
     with pytest.raises(aioqueue.SerializationError):
@@ -288,6 +366,8 @@ def test_names_and_handlers_are_checked(app: aioqueue.App) -> None:
 
     with pytest.raises(aioqueue.ConfigError):
         app.subscriber("t", group="a:b")
+    with pytest.raises(aioqueue.ConfigError, match="batch"):
+        app.subscriber("t", group="g", batch=0)
 
     @app.subscriber("t", group="g")
     async def one(body: Any) -> None: ...

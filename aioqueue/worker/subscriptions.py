@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from ..settings import WorkerSettings
     from ..store.keys import TopicKeys
+    from ..task import TaskOptions
     from ..topics import Subscriber
     from .inflight import InFlight
 
@@ -46,15 +47,65 @@ WAKE_TTL_MS = 600_000  # the wake stream outlives a crashed worker by this much;
 _NOT_OURS = encode_error("PayloadError", "not an aioqueue message: the entry has no body", "")
 
 
+def _json_error(body: bytes) -> bytes | None:
+    """The dead letter's error for a body that is not JSON (batch mode checks each)."""
+    try:
+        orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        return encode_error("PayloadError", f"message body is not valid JSON: {exc}", "")
+    return None
+
+
 class TopicAcks(Batcher):
     """Holds a subscriber group's messages leased to this worker; settles them in
     batches."""
 
     def __init__(
-        self, redis: Redis, keys: TopicKeys, group: str, consumer: str, *, lease_ms: int
+        self,
+        redis: Redis,
+        keys: TopicKeys,
+        group: str,
+        consumer: str,
+        *,
+        lease_ms: int,
+        options: TaskOptions,
     ) -> None:
         super().__init__(redis, f"{keys.name}/{group}")
         self.keys, self.group, self.consumer, self.lease_ms = keys, group, consumer, lease_ms
+        self._options = options
+        self._batches: dict[bytes, list[Taken]] = {}  # batch id -> its messages
+
+    def add_batch(self, batch_id: bytes, messages: list[Taken]) -> None:
+        """A batch of messages about to be admitted as one run under ``batch_id``."""
+        self._batches[batch_id] = messages
+
+    def hold(self, job: Taken) -> None:
+        """Hold a message, or each message of a batch (leases are per message)."""
+        messages = self._batches.get(job.id)
+        if messages is None:
+            super().hold(job)
+            return
+        for message in messages:
+            self.held[message.id] = message
+        self.unsettled += 1
+
+    def settle(self, settlement: Settlement) -> None:
+        """A run ended: a batch's outcome settles each of its messages, by its own
+        attempts (one with none left is dead, not retried)."""
+        messages = self._batches.pop(settlement.id, None)
+        if messages is None:
+            super().settle(settlement)
+            return
+        self.unsettled -= 1
+        for message in messages:
+            outcome = settlement.outcome
+            out_of_attempts = 0 <= self._options.max_attempts <= message.attempts
+            if outcome == "retry" and out_of_attempts:
+                outcome = "bury" if self._options.dead_letter else "fail"
+            self._pending.append(
+                Settlement(message.id, message.lease, outcome, settlement.data, settlement.delay_ms)
+            )
+        self._wake.set()
 
     async def report_progress(self, taken: Taken, data: bytes) -> bool:
         """Messages keep no progress (a subscriber's ``set_progress`` records nothing)."""
@@ -87,6 +138,8 @@ class TopicConsumer(Component):
         # Its own wake stream (in the log's slot): each group of a topic has one per worker.
         self._wake = f"{self.keys.base}:wake:{self.group}:{self.consumer}"
         self._run_name = orjson.dumps(subscriber.run_name)
+        self._batch = subscriber.batch or 1  # messages per run
+        self._units_per_read = max(1, MAX_READ // self._batch)
         self._cursor = "0-0"  # where the next claim's scan of the pending list resumes
         self._renewed_at = 0.0
 
@@ -114,13 +167,12 @@ class TopicConsumer(Component):
             if room <= 0:
                 await self._slots.wait_change()
                 continue
-            count = min(MAX_READ, room)
             try:
-                got = await self._read(count, blocking)
+                got, full = await self._read(min(room, self._units_per_read), blocking)
             except RedisError as exc:
                 await self._read_failed(exc)
                 continue
-            if got < count and not blocking:
+            if not full and not blocking:
                 if self.settings.burst:
                     if await self._drained():
                         self.stopping.set()  # the maintenance loop ends too: joined
@@ -147,25 +199,27 @@ class TopicConsumer(Component):
             return False
         return True
 
-    async def _read(self, count: int, blocking: bool) -> int:
-        """One XREADGROUP of new messages (blocking: until one comes, the wake stream is
-        written, or idle_wait passes); admits what it got, returns how many."""
+    async def _read(self, units: int, blocking: bool) -> tuple[int, bool]:
+        """One XREADGROUP of new messages for ``units`` runs (a message each, or a batch
+        each); blocking: until one comes, the wake stream is written, or idle_wait
+        passes. Admits what it got; returns how many messages, and whether that is all
+        it asked for."""
         # A blocking read reserves no room (it would hold the room from the worker's
         # queues while it waits): what it brings is admitted unreserved, to wait if need be.
-        reserved = 0 if blocking else self._slots.reserve(count)
+        reserved = 0 if blocking else self._slots.reserve(units)
+        count = max(reserved, 1) * self._batch
         try:
             entries = await reads.topic_new_messages(
-                self.redis, self.keys, self.group, self.consumer, count=reserved or 1,
+                self.redis, self.keys, self.group, self.consumer, count=count,
                 block_ms=int(self.settings.idle_wait * 1000) if blocking else None,
                 wake=self._wake if blocking else None,
             )  # fmt: skip
         except BaseException:
             self._slots.unreserve(reserved)
             raise
-        for entry_id, fields in entries:  # (a wake-up entry is read, never acknowledged:
-            self._admit(entry_id, fields, 1, reserved=bool(reserved))  # dropped at start)
-        self._slots.unreserve(max(0, reserved - len(entries)))
-        return len(entries)
+        # (A wake-up entry is read, never acknowledged: its stream is dropped at start.)
+        self._admit([(entry_id, fields, 1) for entry_id, fields in entries], reserved)
+        return len(entries), len(entries) == count
 
     async def _read_failed(self, exc: RedisError) -> None:
         if isinstance(exc, ResponseError) and "NOGROUP" in str(exc):
@@ -175,22 +229,50 @@ class TopicConsumer(Component):
             logger.warning("reading %s failed: %s", self._acks.name, describe(exc))
         await wait_event(self.stopping, RETRY_PAUSE)
 
-    def _admit(
-        self, entry_id: bytes, fields: dict[bytes, bytes], attempts: int, *, reserved: bool
-    ) -> None:
-        body = fields.get(b"b")
+    def _admit(self, messages: list[tuple[bytes, dict[bytes, bytes], int]], reserved: int) -> None:
+        """Admit (id, fields, attempts) messages as runs: one message each, or batches of
+        up to ``batch``; ``reserved`` runs' room was reserved (what is left is given
+        back). An entry aioqueue did not write is dead-lettered without running."""
+        runnable = []
+        for entry_id, fields, attempts in messages:
+            body = fields.get(b"b")
+            if body is None:
+                self._bury(entry_id, attempts, _NOT_OURS)
+            elif self._batch > 1 and (error := _json_error(body)):
+                self._bury(entry_id, attempts, error)  # alone: not its whole batch
+            else:
+                runnable.append((entry_id, body, attempts))
+        runs = 0
+        for start in range(0, len(runnable), self._batch):
+            taken = self._run_of(runnable[start : start + self._batch])
+            self._inflight.admit(taken, self._acks, reserved=runs < reserved)
+            runs += 1
+        self._slots.unreserve(max(0, reserved - runs))
+
+    def _run_of(self, messages: list[tuple[bytes, bytes, int]]) -> Taken:
+        """The Taken the runner runs: the body as the subscriber's one argument, or (in
+        batch mode) the list of bodies, under a batch id ``<first id>+<count>``."""
         lease = self.consumer
-        if body is None:  # not written by aioqueue: dead-lettered with its fields
-            if reserved:
-                self._slots.unreserve(1)
-            taken = Taken(entry_id, b"", attempts, 0, lease)
-            self._acks.hold(taken)
-            logger.warning("message %s of %s buried: no body", taken.job_id, self._acks.name)
-            self._acks.settle(Settlement(entry_id, lease, "bury", _NOT_OURS))
-            return
-        payload = b'{"t":' + self._run_name + b',"a":[' + body + b"]}"
-        taken = Taken(entry_id, payload, attempts, 0, lease)
-        self._inflight.admit(taken, self._acks, reserved=reserved)
+        if self._batch == 1:
+            [(entry_id, body, attempts)] = messages
+            payload = b'{"t":' + self._run_name + b',"a":[' + body + b"]}"
+            return Taken(entry_id, payload, attempts, 0, lease)
+        bodies = b",".join(body for _, body, _ in messages)
+        payload = b'{"t":' + self._run_name + b',"a":[[' + bodies + b"]]}"
+        batch_id = messages[0][0] + b"+" + str(len(messages)).encode()
+        members = [Taken(entry_id, b"", attempts, 0, lease) for entry_id, _, attempts in messages]
+        self._acks.add_batch(batch_id, members)
+        # Run again while any message has attempts left (each is settled by its own).
+        return Taken(batch_id, payload, min(m.attempts for m in members), 0, lease)
+
+    def _bury(self, entry_id: bytes, attempts: int, error: bytes) -> None:
+        taken = Taken(entry_id, b"", attempts, 0, self.consumer)
+        self._acks.hold(taken)
+        logger.warning(
+            "message %s of %s dead-lettered: %s", taken.job_id, self._acks.name,
+            orjson.loads(error)["message"],
+        )  # fmt: skip
+        self._acks.settle(Settlement(entry_id, self.consumer, "bury", error))
 
     async def _drained(self) -> bool:
         """Burst mode: True once nothing new is there, nothing held is unsettled, and the
@@ -245,25 +327,23 @@ class TopicConsumer(Component):
         """Claim messages whose lease ran out or whose retry is due (and trim)."""
         if self.stopping.is_set():
             return
-        reserved = self._slots.reserve(MAX_READ)
+        reserved = self._slots.reserve(self._units_per_read)
         if not reserved:
             return  # no room: what waits for a claim keeps waiting
         options = self.subscriber.task.options
         try:
             claim = await scripts.topic_reclaim(
                 self.redis, self.keys, self.group, self.consumer,
-                lease_ms=self.settings.lease_ms, count=reserved, cursor=self._cursor,
+                lease_ms=self.settings.lease_ms, count=reserved * self._batch, cursor=self._cursor,
                 max_attempts=options.max_attempts, dead_max=DEAD_MAX, trim=True,
             )  # fmt: skip
         except BaseException:
             self._slots.unreserve(reserved)
             raise
-        self._slots.unreserve(reserved - len(claim.messages))
         self._cursor = claim.cursor
         if claim.buried:
             logger.warning(
                 "%d message(s) of %s dead-lettered: lease expired on the last attempt",
                 claim.buried, self._acks.name,
             )  # fmt: skip
-        for entry_id, fields, attempts in claim.messages:
-            self._admit(entry_id, fields, attempts, reserved=True)
+        self._admit(claim.messages, reserved)

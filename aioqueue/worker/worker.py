@@ -233,7 +233,10 @@ class Worker:
     def _add_subscriber(self, redis: Redis, subscriber: Subscriber) -> None:
         """The components of one topic's subscriber group: its acks and its consumer."""
         keys = TopicKeys.of(self.app.settings.prefix, subscriber.topic)
-        acks = TopicAcks(redis, keys, subscriber.group, self.id, lease_ms=self.settings.lease_ms)
+        acks = TopicAcks(
+            redis, keys, subscriber.group, self.id, lease_ms=self.settings.lease_ms,
+            options=subscriber.task.options,
+        )  # fmt: skip
         consumer = TopicConsumer(redis, acks, self._inflight, subscriber, settings=self.settings)
         self._topic_acks.append(acks)
         self._consumers.append(consumer)

@@ -32,14 +32,29 @@ local dead_max = tonumber(ARGV[4])
 local now = redis_clock()
 local codes, processed = {}, 0
 
-local function owner(id)
+local batch = cjson.decode(ARGV[6])
+
+-- Which of the batch's messages are this consumer's: one XPENDING over the batch's id
+-- range (filtered by consumer) answers for all of them, unless the range holds more of
+-- its entries than the answer's limit: then an id not listed is looked up alone.
+local lowest, highest = batch[1] and batch[1][1], batch[1] and batch[1][1]
+for _, s in ipairs(batch) do
+  if stream_id_less(s[1], lowest) then lowest = s[1] end
+  if stream_id_less(highest, s[1]) then highest = s[1] end
+end
+local owned, limit = {}, #batch * 2 + 64
+local listed = lowest and redis.call('XPENDING', log, group, lowest, highest, limit, consumer) or {}
+for _, entry in ipairs(listed) do owned[entry[1]] = true end
+local function holds(id)
+  if owned[id] or #listed < limit then return owned[id] == true end
   local entry = redis.call('XPENDING', log, group, id, id, 1)[1]
-  return entry and entry[2]
+  return entry ~= nil and entry[2] == consumer
 end
 
-for i, s in ipairs(cjson.decode(ARGV[6])) do
+local acked = {}
+for i, s in ipairs(batch) do
   local id, outcome, error, delay_ms, attempts = s[1], s[2], s[3], tonumber(s[4]), s[5]
-  if owner(id) ~= consumer then
+  if not holds(id) then
     codes[i] = 0
   else
     if outcome == 'retry' then
@@ -51,12 +66,13 @@ for i, s in ipairs(cjson.decode(ARGV[6])) do
         'RETRYCOUNT', math.max(tonumber(attempts) - 1, 0), 'JUSTID')
     else
       if outcome == 'bury' then bury_message(log, dead, dead_max, group, id, attempts, error) end
-      redis.call('XACK', log, group, id)
-      processed = processed + 1
+      acked[#acked + 1] = id
     end
     codes[i] = 1
   end
 end
+if #acked > 0 then redis.call('XACK', log, group, unpack(acked)) end
+processed = #acked
 if processed > 0 then
   trim_processed(log)
   redis.call('PUBLISH', ARGV[5], '1:*')

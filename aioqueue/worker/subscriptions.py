@@ -29,7 +29,7 @@ from .acks import Batcher
 from .loops import RETRY_PAUSE, Component, wait_event
 
 if TYPE_CHECKING:
-    from collections.abc import Coroutine
+    from collections.abc import Coroutine, Sequence
 
     from redis.asyncio import Redis
 
@@ -74,6 +74,12 @@ class TopicAcks(Batcher):
         self.keys, self.group, self.consumer, self.lease_ms = keys, group, consumer, lease_ms
         self._options = options
         self._batches: dict[bytes, list[Taken]] = {}  # batch id -> its messages
+        self.settling: set[bytes] = set()  # held, settled, the ack not landed: not renewed
+
+    def _landed(self, batch: Sequence[Settlement], settled: Sequence[bool]) -> None:
+        super()._landed(batch, settled)
+        for settlement in batch:
+            self.settling.discard(settlement.id)
 
     def add_batch(self, batch_id: bytes, messages: list[Taken]) -> None:
         """A batch of messages about to be admitted as one run under ``batch_id``."""
@@ -94,6 +100,7 @@ class TopicAcks(Batcher):
         attempts (one with none left is dead, not retried)."""
         messages = self._batches.pop(settlement.id, None)
         if messages is None:
+            self.settling.add(settlement.id)
             super().settle(settlement)
             return
         self.unsettled -= 1
@@ -102,6 +109,7 @@ class TopicAcks(Batcher):
             out_of_attempts = 0 <= self._options.max_attempts <= message.attempts
             if outcome == "retry" and out_of_attempts:
                 outcome = "bury" if self._options.dead_letter else "fail"
+            self.settling.add(message.id)
             self._pending.append(
                 Settlement(message.id, message.lease, outcome, settlement.data, settlement.delay_ms)
             )
@@ -311,7 +319,8 @@ class TopicConsumer(Component):
             return
         self._renewed_at = loop.time()
         await self.redis.pexpire(self._wake, WAKE_TTL_MS)
-        held = list(self._acks.held)
+        # Only what still runs (or waits): an ack in flight may land before this renewal.
+        held = [entry_id for entry_id in self._acks.held if entry_id not in self._acks.settling]
         if not held:
             return
         lost = await scripts.topic_extend(self.redis, self.keys, self.group, self.consumer, held)

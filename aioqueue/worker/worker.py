@@ -173,9 +173,12 @@ class Worker:
             component.start()
         if self.settings.burst:
             self._burst_watch = asyncio.get_running_loop().create_task(self._stop_when_drained())
+        served = ", ".join(self.settings.queues)
+        if self._topic_acks:  # subscriber groups as "<topic>/<group>"
+            served += "; topics " + ", ".join(acks.name for acks in self._topic_acks)
         logger.info(
-            "worker %s serving %s with concurrency %d", self.id,
-            ", ".join(self.settings.queues), self.settings.concurrency,
+            "worker %s serving %s with concurrency %d", self.id, served,
+            self.settings.concurrency,
         )  # fmt: skip
 
     async def _reach_redis(self) -> Redis | None:

@@ -43,7 +43,8 @@ def check_timeout(timeout: float | None, where: str) -> None:
         raise ConfigError(f"{where}: timeout must be positive (or None for no limit)")
 
 
-URL_SCHEMES = ("redis", "rediss", "unix")
+URL_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 
 
 def mask_url(url: str) -> str:
@@ -60,13 +61,29 @@ def check_redis_url(url: str) -> str:
     """Raise ConfigError (naming the URL, password masked) unless redis-py can use it."""
     try:
         parts = urlsplit(url)
-        parts.port  # noqa: B018 - parses the port: raises ValueError when it is not a number
+        if parts.scheme in CLUSTER_SCHEMES:
+            cluster_nodes(url)
+        else:
+            parts.port  # noqa: B018 - parses the port: raises ValueError if not a number
     except ValueError as exc:
         raise ConfigError(f"invalid Redis URL {mask_url(url)!r}: {exc}") from exc
     if parts.scheme not in URL_SCHEMES:
         schemes = ", ".join(f"{scheme}://" for scheme in URL_SCHEMES)
         raise ConfigError(f"invalid Redis URL {mask_url(url)!r}: it must start with {schemes}")
     return url
+
+
+def cluster_nodes(url: str) -> list[tuple[str, int]]:
+    """The (host, port) list of a ``redis+cluster://[user:pass@]host:port[,host:port...]``
+    URL; ValueError if one is malformed."""
+    hosts = urlsplit(url).netloc.rpartition("@")[2]
+    nodes = []
+    for node in hosts.split(","):
+        host, _, port = node.strip().rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{node!r} is not host:port")
+        nodes.append((host.strip("[]"), int(port)))
+    return nodes
 
 
 def redis_url_from_env() -> str | None:

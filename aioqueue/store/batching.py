@@ -6,9 +6,10 @@ all in one write as soon as the wire is free: ``asyncio.gather`` of 500 enqueues
 couple of round trips, not 500, and the order of arrival is kept. The write holds script
 calls of FLUSH_CHUNK jobs, so the first callers resume while Redis still runs the rest.
 
-Since its calls never overlap, the batcher keeps one connection of the pool for them, and
-skips the pool's per-call checkout (in redis-py 8: a lock, a readiness poll and metrics
-hooks, tens of µs a call). Bulk enqueues, which may overlap, check one out per call.
+Since its calls never overlap, the batcher keeps one connection for them (``routing``:
+``keep=True``), and skips the pool's per-call checkout (in redis-py 8: a lock, a readiness
+poll and metrics hooks, tens of µs a call). Bulk enqueues, which may overlap, check one
+out per call.
 """
 
 from __future__ import annotations
@@ -16,13 +17,12 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from . import scripts, wire
+from . import scripts
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from redis.asyncio import Redis
-    from redis.asyncio.connection import AbstractConnection
 
     from .keys import QueueKeys
     from .records import Enqueued, NewJob
@@ -47,17 +47,13 @@ class EnqueueBatcher:
         self._pending: Batch = []
         self._busy = False
         self._flusher: asyncio.Task[None] | None = None
-        # The client the connection came from: a new client (another event loop, or the
-        # app reconnected after close) means a new connection; the old pool closed the old.
-        self._line: tuple[Redis, AbstractConnection] | None = None
 
     async def submit(self, job: NewJob) -> Enqueued:
         if not self._busy:
             self._busy = True
             try:
-                connection = await self._connection()
                 [result] = await scripts.enqueue_many(
-                    connection, self._keys, [job], span_ms=self._span_ms
+                    await self._client(), self._keys, [job], span_ms=self._span_ms, keep=True
                 )
                 return result
             finally:
@@ -71,19 +67,9 @@ class EnqueueBatcher:
         """A bulk enqueue: sent at once, in script calls of up to MAX_ENQUEUE_BATCH jobs."""
         if not jobs:
             return []
-        pool = (await self._client()).connection_pool
-        connection = await wire.checkout(pool)
-        try:
-            return await scripts.enqueue_many(connection, self._keys, jobs, span_ms=self._span_ms)
-        finally:
-            await pool.release(connection)
-
-    async def _connection(self) -> AbstractConnection:
-        """The batcher's own connection (only called while ``_busy``: one user at a time)."""
-        client = await self._client()
-        if self._line is None or self._line[0] is not client:
-            self._line = (client, await wire.checkout(client.connection_pool))
-        return self._line[1]
+        return await scripts.enqueue_many(
+            await self._client(), self._keys, jobs, span_ms=self._span_ms
+        )
 
     def _start_flusher(self) -> None:
         if self._pending and self._flusher is None:
@@ -104,12 +90,13 @@ class EnqueueBatcher:
 
                 try:
                     await scripts.enqueue_many(
-                        await self._connection(),
+                        await self._client(),
                         self._keys,
                         [job for job, _ in batch],
                         chunk=FLUSH_CHUNK,
                         on_chunk=settle,
                         span_ms=self._span_ms,
+                        keep=True,
                     )
                 except Exception as exc:
                     for _, future in batch:

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from inspect import signature
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import parse_qs, unquote, urlsplit
 
-from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
+from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis, RedisCluster
+from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
@@ -38,7 +40,7 @@ from ..errors import (
     TlsFailed,
     describe,
 )
-from ..settings import mask_url
+from ..settings import CLUSTER_SCHEMES, cluster_nodes, mask_url
 
 if TYPE_CHECKING:
     from ..settings import AppSettings
@@ -79,6 +81,8 @@ def failure(exc: RedisError, url: str, job_ids: list[str] | None = None) -> Aioq
 
 
 def make_clients(url: str, settings: AppSettings) -> Clients:
+    if urlsplit(url).scheme in CLUSTER_SCHEMES:
+        return _cluster_clients(url, settings)
     options: dict[str, Any] = {
         "socket_timeout": settings.socket_timeout,
         "socket_connect_timeout": settings.connect_timeout,
@@ -95,6 +99,41 @@ def make_clients(url: str, settings: AppSettings) -> Clients:
     )
     internal = ConnectionPool.from_url(url, max_connections=INTERNAL_MAX_CONNECTIONS, **options)
     return Clients(Redis.from_pool(shared), Redis.from_pool(internal))
+
+
+def _cluster_clients(url: str, settings: AppSettings) -> Clients:
+    """Two RedisCluster clients (``redis+cluster://host:port[,host:port...]``): redis-py
+    routes each command to the node serving its key's slot and follows MOVED, ASK and
+    TRYAGAIN. A RedisCluster is not a ``Redis`` (it has the same command methods, no
+    connection pool): ``store/routing.py`` finds raw connections on it, and the few
+    calls that differ check ``is_cluster``. Options from the query string: ``ssl_*``,
+    ``read_from_replicas`` is not used (every read must see the latest write)."""
+    parts = urlsplit(url)
+    query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
+    tls = parts.scheme.startswith("rediss")
+    tls_options: dict[str, Any] = {k: v for k, v in query.items() if k.startswith("ssl_")}
+    if "ssl_check_hostname" in tls_options:
+        tls_options["ssl_check_hostname"] = tls_options["ssl_check_hostname"] in ("1", "true")
+
+    def client() -> Redis:
+        cluster = RedisCluster(
+            startup_nodes=[ClusterNode(host, port) for host, port in cluster_nodes(url)],
+            username=unquote(parts.username) if parts.username else None,
+            password=unquote(parts.password) if parts.password else None,
+            ssl=tls, socket_timeout=settings.socket_timeout,
+            socket_connect_timeout=settings.connect_timeout,
+            max_connections=settings.max_connections, decode_responses=False,
+            retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), RETRIES),
+            **_no_maintenance_handshake(), **tls_options,
+        )  # fmt: skip
+        return cast("Redis", cluster)  # see the docstring
+
+    return Clients(client(), client())
+
+
+def is_cluster(redis: Redis) -> bool:
+    """Whether ``redis`` is a RedisCluster client (typed as ``Redis``: see make_clients)."""
+    return isinstance(redis, RedisCluster)
 
 
 def _no_maintenance_handshake() -> dict[str, Any]:

@@ -240,7 +240,7 @@ class EmbeddedCluster:
     def _form(self, timeout: float) -> None:
         from redis import Redis  # (sync: this runs before any event loop, or in a thread)
 
-        clients = {server.port: Redis(port=server.port) for server in self.nodes}
+        clients: dict[int, Any] = {server.port: Redis(port=server.port) for server in self.nodes}
         try:
             share = CLUSTER_SLOTS // len(self.masters)
             for index, server in enumerate(self.masters):

@@ -30,12 +30,12 @@ from .records import (
     TakeResult,
     TopicClaim,
 )
+from .routing import lines_for
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from redis.asyncio import Redis
-    from redis.asyncio.connection import AbstractConnection
 
     from .keys import ChannelKeys, QueueKeys, TopicKeys
 
@@ -162,16 +162,18 @@ def _pack_enqueue_parts(
 
 
 async def enqueue_many(
-    connection: AbstractConnection,
+    redis: Redis,
     keys: QueueKeys,
     jobs: Sequence[NewJob],
     *,
     chunk: int = MAX_ENQUEUE_BATCH,
     on_chunk: Callable[[int, list[Enqueued]], None] | None = None,
     span_ms: int = 0,
+    keep: bool = False,
 ) -> list[Enqueued]:
-    """Write jobs over one connection, in script calls of up to ``chunk`` jobs, all sent in
-    one write (one round trip). ``on_chunk(start, results)`` hears each call's results as
+    """Write jobs over one connection (``keep``: the one kept for this queue, see
+    ``routing``), in script calls of up to ``chunk`` jobs, all sent in one write (one
+    round trip). ``on_chunk(start, results)`` hears each call's results as
     its reply arrives, while Redis still runs the later calls. A resend after a dropped
     connection is safe: the script skips ids that have a record (so a resent chunk may be
     heard twice)."""
@@ -190,7 +192,7 @@ async def enqueue_many(
         if on_chunk is not None:
             on_chunk(starts[index], parsed[index])
 
-    await wire.send(connection, _ENQUEUE, commands, on_reply, resent=resent)
+    await lines_for(redis).send(keys.base, _ENQUEUE, commands, on_reply, resent, keep=keep)
     return [item for results in parsed for item in results]
 
 
@@ -276,12 +278,7 @@ async def take(
     pairs = (plan or strict_plan(limit)) if limit else ()
     numbers = (lease_ms, limit, int(woken), result_ttl_ms, promote, int(due_first), span_ms)
     command = _pack_take(keys, lease, numbers, pairs, forget)
-    pool = redis.connection_pool
-    connection = await wire.checkout(pool)
-    try:
-        [reply] = await wire.send(connection, _TAKE, [command])
-    finally:
-        await pool.release(connection)
+    [reply] = await lines_for(redis).send(keys.base, _TAKE, [command])
     jobs = [
         Taken(reply[i], reply[i + 1], int(reply[i + 2]), int(reply[i + 3]), lease, reply[i + 4])
         for i in range(3, len(reply), 5)

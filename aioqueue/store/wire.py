@@ -83,8 +83,24 @@ async def send(
     on_reply: Callable[[int, Any], None] | None = None,
     resent: Callable[[list[bytes]], list[bytes]] | None = None,
 ) -> list[Any]:
-    """Send packed calls of ``script`` in one write and read every reply
-    (``on_reply(index, reply)`` as each arrives); load the script if Redis lost it.
+    """``send_each``, raising the first error a call was answered with."""
+    replies = await send_each(connection, script, commands, on_reply, resent)
+    for reply in replies:
+        if isinstance(reply, ResponseError):
+            raise reply
+    return replies
+
+
+async def send_each(
+    connection: AbstractConnection,
+    script: Script,
+    commands: list[bytes],
+    on_reply: Callable[[int, Any], None] | None = None,
+    resent: Callable[[list[bytes]], list[bytes]] | None = None,
+) -> list[Any]:
+    """Send packed calls of ``script`` in one write and read every reply, an error reply
+    in its place (``on_reply(index, reply)`` as each good one arrives); load the script
+    if Redis lost it.
 
     The connection's retry policy resends after a dropped connection: the scripts sent
     this way are safe to run twice (see ``connection``). ``resent(commands)`` gives what
@@ -97,28 +113,24 @@ async def send(
         await connection.send_packed_command(
             commands if sends == 1 or resent is None else resent(commands)
         )
-        replies, error = [], None
+        replies: list[Any] = []
         for index in range(len(commands)):
             try:
                 replies.append(reply := await connection.read_response())
             except ResponseError as exc:  # read on: the connection stays in step
-                error = error or exc
+                replies.append(exc)
                 continue
             if on_reply is not None:
                 on_reply(index, reply)
-        if error is not None:
-            raise error
         return replies
 
     async def disconnect(_: Exception) -> None:
         await connection.disconnect()
 
-    for attempt in range(2):
-        try:
-            return await connection.retry.call_with_retry(round_trip, disconnect)
-        except NoScriptError:  # every call was refused: loading and resending is safe
-            if attempt:
-                raise
-            await connection.send_command("SCRIPT", "LOAD", script.source)
-            await connection.read_response()
-    raise AssertionError("unreachable")
+    replies = await connection.retry.call_with_retry(round_trip, disconnect)
+    if replies and all(isinstance(reply, NoScriptError) for reply in replies):
+        # Every call was refused: loading and resending is safe.
+        await connection.send_command("SCRIPT", "LOAD", script.source)
+        await connection.read_response()
+        replies = await connection.retry.call_with_retry(round_trip, disconnect)
+    return replies

@@ -1,0 +1,218 @@
+"""Where packed script calls go: a connection to the server that holds the queue.
+
+The hot path (enqueue flushes, takes) sends EVALSHA packed by hand (``wire``) on a raw
+connection, not through redis-py's command layer. ``Lines`` finds that connection:
+
+- one Redis server (or a Sentinel-managed master): the client's own pool. A flush may
+  keep its connection between calls (``keep=True``: the enqueue batcher's line); a write
+  refused as READONLY (a failover demoted the server) drops it, and the call is sent
+  again on a fresh connection, which the Sentinel pool points at the new master.
+- Redis Cluster: a pool per node, for the master that serves the key's slot. Replies
+  that redirect are followed per call: MOVED (the slot has moved: the slot map is read
+  again), ASK (the slot is being migrated and the keys are on the target: ``ASKING``
+  before the call there) and TRYAGAIN (a multi-key call while the keys are split
+  between two nodes: pause and send again). Only the calls that were redirected are sent
+  again, so a call that ran is never repeated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
+
+from redis.asyncio import ConnectionPool
+from redis.exceptions import AskError, MovedError, ReadOnlyError, ResponseError, TryAgainError
+
+from . import wire
+from .connection import is_cluster
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis, RedisCluster
+    from redis.asyncio.cluster import ClusterNode
+    from redis.asyncio.connection import AbstractConnection
+
+    from .loader import Script
+
+MAX_REDIRECTS = 16  # rounds of MOVED / ASK / TRYAGAIN before giving up on a call
+TRY_AGAIN_PAUSE = 0.05  # seconds before resending a call refused with TRYAGAIN
+_ASKING = wire.array(1) + wire.bulk(b"ASKING")
+
+OnReply = Callable[[int, Any], None]
+Resent = Callable[[list[bytes]], list[bytes]]
+
+
+class Lines:
+    """Raw connections of one client (see the module's docstring)."""
+
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+        self._kept: dict[str, AbstractConnection] = {}  # key -> a kept connection
+        self._node_pools: dict[str, ConnectionPool] = {}  # cluster: node name -> its pool
+
+    async def send(
+        self,
+        key: str,
+        script: Script,
+        commands: list[bytes],
+        on_reply: OnReply | None = None,
+        resent: Resent | None = None,
+        *,
+        keep: bool = False,
+    ) -> list[Any]:
+        """Send packed calls of ``script`` whose keys share ``key``'s slot; their replies.
+        Raises the first error reply. ``keep``: reuse one connection for ``key`` across
+        calls (its caller sends one call at a time)."""
+        if is_cluster(self.redis):
+            return await self._send_cluster(key, script, commands, on_reply, resent)
+        pool = self.redis.connection_pool
+        for attempt in range(2):
+            connection = self._kept.pop(key, None) if keep else None
+            connection = connection or await wire.checkout(pool)
+            try:
+                replies = await wire.send(connection, script, commands, on_reply, resent)
+            except ReadOnlyError:  # a demoted master: nothing ran; a new connection finds
+                await connection.disconnect()  # the new one (Sentinel)
+                await pool.release(connection)
+                if attempt:
+                    raise
+                continue
+            except BaseException:
+                await pool.release(connection)
+                raise
+            if keep:
+                self._kept[key] = connection
+            else:
+                await pool.release(connection)
+            return replies
+        raise AssertionError("unreachable")
+
+    async def close(self) -> None:
+        """Give back kept connections, close the cluster nodes' pools."""
+        kept, self._kept = self._kept, {}
+        if not is_cluster(self.redis):
+            for connection in kept.values():
+                await self.redis.connection_pool.release(connection)
+        pools, self._node_pools = self._node_pools, {}
+        for pool in pools.values():
+            await pool.disconnect()
+
+    # -- Redis Cluster -------------------------------------------------------------------
+
+    async def _send_cluster(
+        self,
+        key: str,
+        script: Script,
+        commands: list[bytes],
+        on_reply: OnReply | None,
+        resent: Resent | None,
+    ) -> list[Any]:
+        cluster = cast("RedisCluster", self.redis)
+        await cluster.initialize()  # (once: it returns at once when done)
+        replies: list[Any] = [None] * len(commands)
+        todo = list(range(len(commands)))
+        asking: ClusterNode | None = None
+        for _ in range(MAX_REDIRECTS):
+            node = asking or cluster.get_node_from_key(key)
+            if node is None:  # no master for the slot (a failover under way)
+                await cluster.nodes_manager.initialize()
+                continue
+            sent = [commands[i] for i in todo]
+            if asking is not None:  # ASKING is good for the one command after it
+                sent = [_ASKING + command for command in sent]
+
+            def heard(index: int, reply: Any, todo: list[int] = todo) -> None:
+                if on_reply is not None:
+                    on_reply(todo[index], reply)
+
+            got = await self._on_node(node, script, sent, heard, resent, asking is not None)
+            todo, redirect = _sort_replies(todo, got, replies)
+            if not todo:
+                return replies
+            asking = await self._follow(cluster, redirect)
+        raise ResponseError(f"gave up after {MAX_REDIRECTS} redirections for key {key!r}")
+
+    @staticmethod
+    async def _follow(cluster: RedisCluster, redirect: ResponseError) -> ClusterNode | None:
+        """Act on a redirection; the node to send to with ASKING (for an ASK)."""
+        if isinstance(redirect, MovedError):  # the slot map is stale: read it again
+            await cluster.nodes_manager.initialize()
+        elif isinstance(redirect, AskError):
+            target = cluster.nodes_manager.get_node(redirect.host, redirect.port)
+            if target is not None:
+                return target
+            await cluster.nodes_manager.initialize()
+        else:
+            await asyncio.sleep(TRY_AGAIN_PAUSE)
+        return None
+
+    async def _on_node(
+        self,
+        node: ClusterNode,
+        script: Script,
+        commands: list[bytes],
+        on_reply: OnReply,
+        resent: Resent | None,
+        asking: bool,
+    ) -> list[Any]:
+        """Send on a connection to ``node``; with ``asking``, each command is preceded by
+        ASKING, whose OK replies are dropped here."""
+        pool = self._node_pools.get(node.name)
+        if pool is None:
+            options = dict(node.connection_kwargs)
+            options.pop("retry", None)  # ours: the connection's, as in make_clients
+            pool = self._node_pools[node.name] = ConnectionPool(
+                connection_class=node.connection_class, **options
+            )
+        connection = await wire.checkout(pool)
+        try:
+            if not asking:
+                return await wire.send_each(connection, script, commands, on_reply, resent)
+            # Each packed command is "ASKING + call": two replies, the first an OK.
+            await connection.send_packed_command(commands)
+            replies: list[Any] = []
+            for index in range(len(commands)):
+                await connection.read_response()  # ASKING's OK
+                try:
+                    replies.append(reply := await connection.read_response())
+                except ResponseError as exc:
+                    replies.append(exc)
+                    continue
+                on_reply(index, reply)
+            return replies
+        finally:
+            await pool.release(connection)
+
+
+def _sort_replies(
+    todo: list[int], got: list[Any], replies: list[Any]
+) -> tuple[list[int], ResponseError]:
+    """Put each call's reply in place; the calls to send again (redirected) and the
+    redirection to follow (MOVED before ASK before TRYAGAIN). Raises any other error."""
+    again: list[int] = []
+    redirects: list[ResponseError] = []
+    for index, reply in zip(todo, got, strict=True):
+        if isinstance(reply, AskError | TryAgainError):  # (MovedError is an AskError)
+            again.append(index)
+            redirects.append(reply)
+        elif isinstance(reply, ResponseError):
+            raise reply
+        else:
+            replies[index] = reply
+    order = (MovedError, AskError, TryAgainError)
+    redirects.sort(
+        key=lambda error: next(i for i, kind in enumerate(order) if isinstance(error, kind))
+    )
+    return again, redirects[0] if redirects else ResponseError()
+
+
+_LINES: weakref.WeakKeyDictionary[Any, Lines] = weakref.WeakKeyDictionary()
+
+
+def lines_for(redis: Redis) -> Lines:
+    """The ``Lines`` of a client (one per client, made on first use)."""
+    found = _LINES.get(redis)
+    if found is None:
+        found = _LINES[redis] = Lines(redis)
+    return found

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -35,8 +36,9 @@ if TYPE_CHECKING:
 
     from .loader import Script
 
-MAX_REDIRECTS = 16  # rounds of MOVED / ASK / TRYAGAIN before giving up on a call
-TRY_AGAIN_PAUSE = 0.05  # seconds before resending a call refused with TRYAGAIN
+MAX_REDIRECTS = 16  # rounds of MOVED / ASK before giving up on a call
+TRY_AGAIN_PAUSE = 0.05  # seconds before resending a call refused with TRYAGAIN...
+TRY_AGAIN_FOR = 15.0  # ...for at most this long (a slot's migration under way)
 _ASKING = wire.array(1) + wire.bulk(b"ASKING")
 
 OnReply = Callable[[int, Any], None]
@@ -50,6 +52,7 @@ class Lines:
         self.redis = redis
         self._kept: dict[str, AbstractConnection] = {}  # key -> a kept connection
         self._node_pools: dict[str, ConnectionPool] = {}  # cluster: node name -> its pool
+        self.redirects: Counter[str] = Counter()  # cluster: MOVED / ASK / TRYAGAIN followed
 
     async def send(
         self,
@@ -113,7 +116,10 @@ class Lines:
         replies: list[Any] = [None] * len(commands)
         todo = list(range(len(commands)))
         asking: ClusterNode | None = None
-        for _ in range(MAX_REDIRECTS):
+        redirects, loop = 0, asyncio.get_running_loop()
+        give_up = loop.time() + TRY_AGAIN_FOR
+        redirect = ResponseError("no master serves the slot")
+        while redirects < MAX_REDIRECTS and loop.time() < give_up:
             node = asking or cluster.get_node_from_key(key)
             if node is None:  # no master for the slot (a failover under way)
                 await cluster.nodes_manager.initialize()
@@ -130,8 +136,10 @@ class Lines:
             todo, redirect = _sort_replies(todo, got, replies)
             if not todo:
                 return replies
+            redirects += not isinstance(redirect, TryAgainError)
+            self.redirects[type(redirect).__name__] += 1
             asking = await self._follow(cluster, redirect)
-        raise ResponseError(f"gave up after {MAX_REDIRECTS} redirections for key {key!r}")
+        raise ResponseError(f"gave up following redirections for key {key!r}: {redirect}")
 
     @staticmethod
     async def _follow(cluster: RedisCluster, redirect: ResponseError) -> ClusterNode | None:

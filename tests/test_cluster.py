@@ -1,0 +1,225 @@
+"""aioqueue on a real local Redis Cluster (three masters, started by the suite): queues on
+every master, results, delayed jobs, cancellation, messaging, and a slot resharded to
+another master in the middle of a drain (0 lost, 0 run twice)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from redis import Redis as SyncRedis
+from redis.cluster import key_slot
+
+import aioqueue
+from aioqueue.store.embedded import EmbeddedCluster, EmbeddedServer
+from aioqueue.store.keys import QueueKeys
+from aioqueue.store.routing import lines_for
+from tests.helpers import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[EmbeddedCluster]:
+    with EmbeddedCluster(masters=3) as started:
+        yield started
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"c{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+async def app(cluster: EmbeddedCluster, prefix: str) -> AsyncIterator[aioqueue.App]:
+    application = aioqueue.App(redis_url=cluster.url, prefix=prefix)
+    try:
+        yield application
+    finally:
+        await application.close()
+
+
+def owner(cluster: EmbeddedCluster, slot: int) -> EmbeddedServer:
+    """The master serving ``slot`` (the slots are split evenly, in the masters' order)."""
+    share = 16384 // len(cluster.masters)
+    return cluster.masters[min(slot // share, len(cluster.masters) - 1)]
+
+
+def queues_on_every_master(cluster: EmbeddedCluster, prefix: str) -> list[str]:
+    """One queue name per master, each hashing to a slot that master serves."""
+    found: dict[int, str] = {}
+    for n in range(1000):
+        name = f"q{n}"
+        slot = key_slot(QueueKeys.for_queue(prefix, name).base.encode())
+        found.setdefault(owner(cluster, slot).port, name)
+        if len(found) == len(cluster.masters):
+            return list(found.values())
+    raise AssertionError("no queue name for some master")
+
+
+async def test_a_drain_across_queues_on_every_master(
+    app: aioqueue.App, cluster: EmbeddedCluster, prefix: str
+) -> None:
+    names = queues_on_every_master(cluster, prefix)
+    runs: Counter[str] = Counter()
+    tasks = {}
+    for name in names:
+
+        @app.task(queue=name, name=f"work_{name}")
+        async def work(key: str) -> str:
+            runs[key] += 1
+            return key
+
+        tasks[name] = work
+    jobs = []
+    for name in names:
+        jobs += await app.queue(name).enqueue_many(
+            tasks[name].enqueue(f"{name}-{n}") for n in range(300)
+        )
+        jobs += await asyncio.gather(*(tasks[name].enqueue(f"{name}-s{n}") for n in range(50)))
+    worker = app.worker(burst=True, concurrency=50)
+    await asyncio.wait_for(worker.run_until_idle(), 60)
+    expected = {f"{name}-{n}" for name in names for n in range(300)}
+    expected |= {f"{name}-s{n}" for name in names for n in range(50)}
+    print(  # noqa: T201 - the scenario's numbers, for the report (pytest -s)
+        f"\n[cluster drain] {len(expected)} jobs over {len(names)} masters: "
+        f"lost {len(expected - set(runs))}, ran twice {sum(1 for c in runs.values() if c > 1)}"
+    )
+    assert set(runs) == expected and set(runs.values()) == {1}
+    assert worker.outcomes["complete"] == len(expected)
+    assert await jobs[0].result(timeout=5) == f"{names[0]}-0"
+    for name in names:
+        assert (await app.queue(name).counts()).ready == 0
+
+
+async def test_results_delays_and_cancellation_on_a_cluster(app: aioqueue.App) -> None:
+    release = asyncio.Event()
+
+    @app.task(queue="a")
+    async def echo(value: int) -> int:
+        return value
+
+    @app.task(queue="b")
+    async def gated() -> None:
+        await release.wait()
+
+    async with app.worker(concurrency=5):
+        assert await (await echo.enqueue(7)).result(timeout=5) == 7  # woken by pub/sub
+        started = time.monotonic()
+        delayed = await echo.enqueue(8).options(delay=0.3)
+        assert await delayed.result(timeout=5) == 8
+        assert time.monotonic() - started >= 0.3
+        running = await gated.enqueue()
+
+        async def is_running() -> bool:
+            info = await running.info()
+            return info is not None and info.status is aioqueue.JobStatus.ACTIVE
+
+        await wait_until(is_running)
+        await app.queue("b").cancel(running.id)
+        with pytest.raises(aioqueue.JobCancelled):
+            await running.result(timeout=5)
+
+
+async def test_messaging_on_a_cluster(app: aioqueue.App) -> None:
+    room = app.group("room")
+    await room.join("alice")
+    await room.join("bob")
+    await room.send("alice", {"text": "hi"})
+    assert [m.body for m in await room.fetch("bob")] == [{"text": "hi"}]
+    assert await app.unread("bob") == {"room": 1}  # the member's groups: another slot
+    got: list[int] = []
+
+    @app.subscriber("logs", group="g", batch=10)
+    async def take(bodies: list[int]) -> None:
+        got.extend(bodies)
+
+    await app.topic("logs").publish_many(range(100))
+    worker = app.worker(burst=True, queues=["idle"])
+    await asyncio.wait_for(worker.run_until_idle(), 30)
+    assert sorted(got) == list(range(100))
+
+
+def migrate_slot(cluster: EmbeddedCluster, slot: int, pause: float = 0.02) -> EmbeddedServer:
+    """Move ``slot`` to the next master as ``redis-cli --cluster reshard`` does: IMPORTING
+    and MIGRATING, MIGRATE its keys in small batches (while clients keep using them), then
+    SETSLOT NODE on every master. Returns the new owner."""
+    source = owner(cluster, slot)
+    target = cluster.masters[(cluster.masters.index(source) + 1) % len(cluster.masters)]
+    src, dst = SyncRedis(port=source.port), SyncRedis(port=target.port)
+    try:
+        src_id = _text(src.execute_command("CLUSTER MYID"))
+        dst_id = _text(dst.execute_command("CLUSTER MYID"))
+        dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", src_id)
+        src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", dst_id)
+        while keys := src.execute_command("CLUSTER GETKEYSINSLOT", slot, 20):
+            src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+            time.sleep(pause)
+        for master in cluster.masters:
+            with SyncRedis(port=master.port) as client:
+                client.execute_command("CLUSTER SETSLOT", slot, "NODE", dst_id)
+    finally:
+        src.close()
+        dst.close()
+    return target
+
+
+async def test_a_slot_resharded_mid_drain_loses_nothing(
+    app: aioqueue.App, cluster: EmbeddedCluster, prefix: str
+) -> None:
+    """A busy queue's slot moves to another master while a worker drains it and a
+    producer enqueues into it: MOVED, ASK and TRYAGAIN all happen; every job runs once."""
+    name = queues_on_every_master(cluster, prefix)[0]
+    slot = key_slot(QueueKeys.for_queue(prefix, name).base.encode())
+    runs: Counter[str] = Counter()
+
+    @app.task(queue=name)
+    async def work(key: str) -> None:
+        runs[key] += 1
+        await asyncio.sleep(0.002)
+
+    first = [f"a{n}" for n in range(1500)]
+    await app.queue(name).enqueue_many(work.enqueue(key).options(id=key) for key in first)
+    later = [f"b{n}" for n in range(300)]
+
+    async def produce() -> None:  # single enqueues through the batcher, during the move
+        for key in later:
+            await work.enqueue(key).options(id=key)
+            await asyncio.sleep(0.002)
+
+    async with app.worker(concurrency=20, lease=5):
+        await wait_until(lambda: _now(len(runs) > 100), timeout=30)
+        producing = asyncio.ensure_future(produce())
+        target = await asyncio.to_thread(migrate_slot, cluster, slot)
+        await producing
+
+        async def drained() -> bool:
+            counts = await app.queue(name).counts()
+            return counts.ready == counts.active == counts.scheduled == 0
+
+        await wait_until(drained, timeout=60, interval=0.1)
+    expected = set(first) | set(later)
+    lost, twice = expected - set(runs), [key for key, count in runs.items() if count > 1]
+    followed = lines_for(await app.internal_client()).redirects
+    print(  # noqa: T201 - the scenario's numbers, for the report (pytest -s)
+        f"\n[cluster reshard] slot {slot} moved to :{target.port}: "
+        f"{len(expected)} jobs, lost {len(lost)}, ran twice {len(twice)}; "
+        f"redirections followed by packed calls: {dict(followed)}"
+    )
+    assert sum(followed.values()) > 0  # the move was seen (TRYAGAIN, ASK or MOVED), followed
+    assert lost == set() and twice == []
+    with SyncRedis(port=target.port) as client:
+        assert client.execute_command("CLUSTER COUNTKEYSINSLOT", slot) > 0
+
+
+async def _now(value: bool) -> bool:
+    return value
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

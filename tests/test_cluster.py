@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from redis import Redis as SyncRedis
-from redis.cluster import key_slot
+from redis.crc import key_slot
 
 import aioqueue
 from aioqueue.store.embedded import EmbeddedCluster, EmbeddedServer
@@ -151,7 +151,8 @@ def migrate_slot(cluster: EmbeddedCluster, slot: int, pause: float = 0.02) -> Em
     SETSLOT NODE on every master. Returns the new owner."""
     source = owner(cluster, slot)
     target = cluster.masters[(cluster.masters.index(source) + 1) % len(cluster.masters)]
-    src, dst = SyncRedis(port=source.port), SyncRedis(port=target.port)
+    src: Any = SyncRedis(port=source.port)  # (redis-py's sync execute_command is untyped)
+    dst: Any = SyncRedis(port=target.port)
     try:
         src_id = _text(src.execute_command("CLUSTER MYID"))
         dst_id = _text(dst.execute_command("CLUSTER MYID"))
@@ -161,7 +162,8 @@ def migrate_slot(cluster: EmbeddedCluster, slot: int, pause: float = 0.02) -> Em
             src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
             time.sleep(pause)
         for master in cluster.masters:
-            with SyncRedis(port=master.port) as client:
+            client: Any = SyncRedis(port=master.port)
+            with client:
                 client.execute_command("CLUSTER SETSLOT", slot, "NODE", dst_id)
     finally:
         src.close()
@@ -213,8 +215,9 @@ async def test_a_slot_resharded_mid_drain_loses_nothing(
     )
     assert sum(followed.values()) > 0  # the move was seen (TRYAGAIN, ASK or MOVED), followed
     assert lost == set() and twice == []
-    with SyncRedis(port=target.port) as client:
-        assert client.execute_command("CLUSTER COUNTKEYSINSLOT", slot) > 0
+    check: Any = SyncRedis(port=target.port)
+    with check:
+        assert check.execute_command("CLUSTER COUNTKEYSINSLOT", slot) > 0
 
 
 async def _now(value: bool) -> bool:

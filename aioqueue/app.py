@@ -6,7 +6,7 @@ import asyncio
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, overload
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from .backoff import Backoff, Exponential
 from .errors import ConfigError, ServerUnavailable
@@ -19,6 +19,7 @@ from .settings import (
     ENV_REDIS_URL,
     AppSettings,
     check_redis_url,
+    mask_url,
     prefix_from_env,
     redis_url_from_env,
 )
@@ -461,6 +462,11 @@ class App:
             try:  # kept only once it works: a failed first contact is tried afresh
                 await load_all(clients.internal)
                 await warn_if_evicting(clients.internal)
+            except RedisClusterException as exc:  # no node of the cluster answered
+                await clients.aclose()
+                raise ServerUnavailable(
+                    f"cannot reach the cluster at {mask_url(url)}: {exc}"
+                ) from exc
             except BaseException:
                 await clients.aclose()
                 raise

@@ -16,6 +16,7 @@ from redis import Redis as SyncRedis
 from redis.crc import key_slot
 
 import aioqueue
+from aioqueue.settings import check_redis_url, cluster_nodes, mask_url
 from aioqueue.store.embedded import EmbeddedCluster, EmbeddedServer
 from aioqueue.store.keys import QueueKeys
 from aioqueue.store.routing import lines_for
@@ -226,3 +227,22 @@ async def _now(value: bool) -> bool:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def test_cluster_urls_are_checked_and_masked() -> None:
+    url = "redis+cluster://user:secret@127.0.0.1:7000,127.0.0.1:7001,[::1]:7002?ssl_ca_certs=x"
+    assert check_redis_url(url) == url
+    assert cluster_nodes(url) == [("127.0.0.1", 7000), ("127.0.0.1", 7001), ("::1", 7002)]
+    assert "secret" not in mask_url(url) and "7001" in mask_url(url)
+    assert check_redis_url("rediss+cluster://h:1")
+    for bad in ("redis+cluster://a:b:c", "redis+cluster://h:1,h", "redis+cluster://h:99999"):
+        with pytest.raises(aioqueue.ConfigError, match="not host:port"):
+            check_redis_url(bad)
+
+
+async def test_an_unreachable_cluster_is_one_clear_error(prefix: str) -> None:
+    app = aioqueue.App(redis_url="redis+cluster://u:secret@127.0.0.1:1", prefix=prefix)
+    with pytest.raises(aioqueue.ServerUnavailable, match=r"u:\*\*\*@127.0.0.1:1") as raised:
+        await app.client()
+    assert "secret" not in str(raised.value)
+    await app.close()

@@ -77,6 +77,8 @@ class App:
         max_connections: int = APP_DEFAULTS.max_connections,
         due_first: Iterable[str] = APP_DEFAULTS.due_first,
         history: float = APP_DEFAULTS.history,
+        replicas: int = APP_DEFAULTS.replicas,
+        replica_timeout: float = APP_DEFAULTS.replica_timeout,
     ) -> None:
         self.settings = AppSettings(
             redis_url=redis_url,
@@ -94,6 +96,8 @@ class App:
             max_connections=max_connections,
             due_first=frozenset([due_first] if isinstance(due_first, str) else due_first),
             history=history,
+            replicas=replicas,
+            replica_timeout=replica_timeout,
         )
         self._tasks: dict[str, Task[..., Any]] = {}
         self._subscribers: dict[str, Subscriber] = {}

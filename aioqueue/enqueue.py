@@ -39,10 +39,17 @@ class JobOptions:
     at: datetime | None = None
     timeout: float | None = None
     max_attempts: int | None = None
+    replicas: int | None = None  # None: the App's ``replicas``
 
     def __post_init__(self) -> None:
         if self.id is not None:
             check_job_id(self.id)
+        if self.replicas is not None and (
+            isinstance(self.replicas, bool)
+            or not isinstance(self.replicas, int)
+            or self.replicas < 0
+        ):
+            raise ConfigError("options: replicas must be an int >= 0")
         check_timeout(self.timeout, "options")
         if self.max_attempts is not None and (
             isinstance(self.max_attempts, bool)
@@ -103,6 +110,7 @@ def prepare(
     find_task: Callable[[str], Task[..., Any] | None],
     max_payload_bytes: int,
     headers: Mapping[str, str] | None = None,
+    replicas: int = 0,
 ) -> NewJob:
     """Check and encode one job; raise (writing nothing) on bad input. A task given by
     name is checked too when this app knows it."""
@@ -121,10 +129,13 @@ def prepare(
     job_id = new_job_id() if options.id is None else options.id
     if options is NO_OPTIONS:  # most enqueues: the task's defaults, nothing to resolve
         if known is None:
-            return NewJob(job_id, payload, DEFAULT_PRIORITY, fresh=fresh)
-        return NewJob(job_id, payload, known.priority, known.options.max_attempts, fresh=fresh)
+            return NewJob(job_id, payload, DEFAULT_PRIORITY, fresh=fresh, replicas=replicas)
+        max_attempts = known.options.max_attempts
+        return NewJob(job_id, payload, known.priority, max_attempts, fresh=fresh, replicas=replicas)
     default_priority = known.priority if known else DEFAULT_PRIORITY
     priority = default_priority if options.priority is None else resolve_priority(options.priority)
     max_attempts = options.max_attempts or (known.options.max_attempts if known else 0)
     delay_ms, due_ms = options.delay_ms(), options.due_ms()
-    return NewJob(job_id, payload, priority, max_attempts, delay_ms, due_ms, fresh)
+    if options.replicas is not None:
+        replicas = options.replicas
+    return NewJob(job_id, payload, priority, max_attempts, delay_ms, due_ms, fresh, replicas)

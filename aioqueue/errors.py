@@ -20,6 +20,7 @@ AioqueueError
 ├── ServerUnavailable        no Redis server to talk to (none configured, none reachable)
 │   ├── TlsFailed            the TLS handshake failed (rediss://): certificates, versions
 │   └── EnqueueUnconfirmed   Redis failed mid-enqueue; has .job_id: retry with that id
+│       └── NotReplicated    on the master, but fewer replicas than asked confirmed it
 └── ServerRefused            Redis answered no: has the server's message
     ├── AuthenticationFailed wrong user or password
     ├── PermissionDenied     the ACL user may not run a command or touch a key
@@ -193,6 +194,23 @@ class EnqueueUnconfirmed(ServerUnavailable):
         )
         self.job_id = job_ids[0]
         self.job_ids = job_ids
+
+
+class NotReplicated(EnqueueUnconfirmed):
+    """The job is on the master, but fewer replicas than asked for (``replicas``)
+    confirmed it in time: a failover now could lose it. Retrying with the same id is safe
+    (and waits again)."""
+
+    def __init__(self, job_ids: list[str], replicas: int, wanted: int, timeout: float) -> None:
+        cause = ReplicationTimeout(
+            f"{replicas} of {wanted} replica(s) confirmed it within {timeout:g}s"
+        )
+        super().__init__(job_ids, cause)
+        self.replicas, self.wanted = replicas, wanted
+
+
+class ReplicationTimeout(Exception):
+    """WAIT returned fewer replicas than asked for (the cause of NotReplicated)."""
 
 
 class Retry(Exception):

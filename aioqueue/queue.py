@@ -124,8 +124,10 @@ class EnqueueCall(Generic[R]):
         at: datetime | None = None,
         timeout: float | None = None,
         max_attempts: int | None = None,
+        replicas: int | None = None,
     ) -> EnqueueCall[R]:
-        """Set per-call options: job id (deduplication), priority, delay or time, timeout."""
+        """Set per-call options: job id (deduplication), priority, delay or time, timeout,
+        and how many replicas must have the job before the enqueue returns (WAIT)."""
         current = self._options
         options = JobOptions(
             id=current.id if id is None else id,
@@ -134,6 +136,7 @@ class EnqueueCall(Generic[R]):
             at=current.at if at is None else at,
             timeout=current.timeout if timeout is None else timeout,
             max_attempts=current.max_attempts if max_attempts is None else max_attempts,
+            replicas=current.replicas if replicas is None else replicas,
         )
         return EnqueueCall(self._queue, self._task, self._args, self._kwargs, options)
 
@@ -157,7 +160,10 @@ class Queue:
         self.name = name
         self.keys = QueueKeys.for_queue(host.settings.prefix, name)
         span_ms = host.settings.idempotency_ttl_ms
-        self._batcher = EnqueueBatcher(host.internal_client, self.keys, span_ms=span_ms)
+        self._batcher = EnqueueBatcher(
+            host.internal_client, self.keys, span_ms=span_ms,
+            replica_timeout=host.settings.replica_timeout,
+        )  # fmt: skip
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r})"
@@ -245,7 +251,7 @@ class Queue:
         return enqueue.prepare(
             task, args, kwargs, options,
             find_task=self._host.find_task, max_payload_bytes=self._host.settings.max_payload_bytes,
-            headers=headers,
+            headers=headers, replicas=self._host.settings.replicas,
         )  # fmt: skip
 
     # -- one job -----------------------------------------------------------------------

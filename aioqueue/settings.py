@@ -43,8 +43,9 @@ def check_timeout(timeout: float | None, where: str) -> None:
         raise ConfigError(f"{where}: timeout must be positive (or None for no limit)")
 
 
-URL_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+URL_SCHEMES = ("redis", "rediss", "unix", *CLUSTER_SCHEMES, *SENTINEL_SCHEMES)
 
 
 def mask_url(url: str) -> str:
@@ -63,6 +64,8 @@ def check_redis_url(url: str) -> str:
         parts = urlsplit(url)
         if parts.scheme in CLUSTER_SCHEMES:
             cluster_nodes(url)
+        elif parts.scheme in SENTINEL_SCHEMES:
+            sentinel_service(url)
         else:
             parts.port  # noqa: B018 - parses the port: raises ValueError if not a number
     except ValueError as exc:
@@ -73,9 +76,21 @@ def check_redis_url(url: str) -> str:
     return url
 
 
+def sentinel_service(url: str) -> tuple[list[tuple[str, int]], str, int]:
+    """The Sentinels, the service name and the db of a ``redis+sentinel://[user:pass@]
+    host:port[,host:port...]/SERVICE[/db]`` URL; ValueError if it is malformed."""
+    nodes = cluster_nodes(url)
+    service, _, db = urlsplit(url).path.strip("/").partition("/")
+    if not service:
+        raise ValueError("the service name is missing (redis+sentinel://host:port/SERVICE)")
+    if db and not db.isdigit():
+        raise ValueError(f"db {db!r} is not a number")
+    return nodes, service, int(db or 0)
+
+
 def cluster_nodes(url: str) -> list[tuple[str, int]]:
-    """The (host, port) list of a ``redis+cluster://[user:pass@]host:port[,host:port...]``
-    URL; ValueError if one is malformed."""
+    """The (host, port) list of a ``redis+cluster://`` (or ``redis+sentinel://``) URL:
+    ``[user:pass@]host:port[,host:port...]``; ValueError if one is malformed."""
     hosts = urlsplit(url).netloc.rpartition("@")[2]
     nodes = []
     for node in hosts.split(","):
@@ -115,8 +130,11 @@ class AppSettings:
     max_connections: int = 64
     due_first: frozenset[str] = frozenset()  # queues whose due delayed jobs jump the queue
     history: float = 24 * 3600.0  # seconds of per-minute outcome counts kept; 0 = none
+    replicas: int = 0  # an enqueue returns once this many replicas have it (WAIT)
+    replica_timeout: float = 1.0  # seconds an enqueue waits for them
 
     def __post_init__(self) -> None:
+        self._check_numbers()
         if self.redis_url:
             check_redis_url(self.redis_url)
         validate_name("queue", self.default_queue)
@@ -124,6 +142,10 @@ class AppSettings:
             validate_name("queue", queue)
         if self.max_payload_bytes <= 0:
             raise ConfigError("max_payload_bytes must be positive")
+
+    def _check_numbers(self) -> None:
+        if self.replicas < 0 or self.replica_timeout <= 0:
+            raise ConfigError("replicas must be >= 0 and replica_timeout positive")
         if self.result_ttl < 0 or (self.idempotency_ttl or 0) < 0:
             raise ConfigError("result_ttl and idempotency_ttl must not be negative")
         if self.history < 0:

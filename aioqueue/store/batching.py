@@ -40,9 +40,15 @@ class EnqueueBatcher:
     """Sends the enqueues of one queue, batching whatever arrives while one is in flight."""
 
     def __init__(
-        self, client: Callable[[], Awaitable[Redis]], keys: QueueKeys, *, span_ms: int = 0
+        self,
+        client: Callable[[], Awaitable[Redis]],
+        keys: QueueKeys,
+        *,
+        span_ms: int = 0,
+        replica_timeout: float = 1.0,
     ) -> None:
         self._client, self._keys = client, keys
+        self._replica_timeout = replica_timeout  # WAIT's, for jobs that ask for replicas
         self._span_ms = span_ms  # the idempotency window of jobs completed with no result
         self._pending: Batch = []
         self._busy = False
@@ -53,7 +59,12 @@ class EnqueueBatcher:
             self._busy = True
             try:
                 [result] = await scripts.enqueue_many(
-                    await self._client(), self._keys, [job], span_ms=self._span_ms, keep=True
+                    await self._client(),
+                    self._keys,
+                    [job],
+                    span_ms=self._span_ms,
+                    keep=True,
+                    replica_timeout=self._replica_timeout,
                 )
                 return result
             finally:
@@ -68,7 +79,11 @@ class EnqueueBatcher:
         if not jobs:
             return []
         return await scripts.enqueue_many(
-            await self._client(), self._keys, jobs, span_ms=self._span_ms
+            await self._client(),
+            self._keys,
+            jobs,
+            span_ms=self._span_ms,
+            replica_timeout=self._replica_timeout,
         )
 
     def _start_flusher(self) -> None:
@@ -97,6 +112,7 @@ class EnqueueBatcher:
                         on_chunk=settle,
                         span_ms=self._span_ms,
                         keep=True,
+                        replica_timeout=self._replica_timeout,
                     )
                 except Exception as exc:
                     for _, future in batch:

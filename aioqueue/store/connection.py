@@ -25,6 +25,7 @@ from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis, RedisCl
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import AuthenticationError, NoPermissionError, OutOfMemoryError, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -40,12 +41,19 @@ from ..errors import (
     TlsFailed,
     describe,
 )
-from ..settings import CLUSTER_SCHEMES, cluster_nodes, mask_url
+from ..settings import (
+    CLUSTER_SCHEMES,
+    SENTINEL_SCHEMES,
+    cluster_nodes,
+    mask_url,
+    sentinel_service,
+)
 
 if TYPE_CHECKING:
     from ..settings import AppSettings
 
 RETRIES = 3
+SENTINEL_RETRIES = 8  # ~5 s of reconnecting: a failover's election takes a few seconds
 INTERNAL_MAX_CONNECTIONS = 4096  # a ceiling, not a target: internal demand is bounded
 
 
@@ -83,6 +91,8 @@ def failure(exc: RedisError, url: str, job_ids: list[str] | None = None) -> Aioq
 def make_clients(url: str, settings: AppSettings) -> Clients:
     if urlsplit(url).scheme in CLUSTER_SCHEMES:
         return _cluster_clients(url, settings)
+    if urlsplit(url).scheme in SENTINEL_SCHEMES:
+        return _sentinel_clients(url, settings)
     options: dict[str, Any] = {
         "socket_timeout": settings.socket_timeout,
         "socket_connect_timeout": settings.connect_timeout,
@@ -129,6 +139,46 @@ def _cluster_clients(url: str, settings: AppSettings) -> Clients:
         return cast("Redis", cluster)  # see the docstring
 
     return Clients(client(), client())
+
+
+def _sentinel_clients(url: str, settings: AppSettings) -> Clients:
+    """Two clients of the master that the Sentinels name (``redis+sentinel://host:port
+    [,host:port...]/SERVICE[/db]``). Each connection asks the Sentinels for the master
+    when it connects; one still open to a demoted master has its READONLY reply turned
+    into a connection error by redis-py, so the retry reconnects to the new master. The
+    URL's credentials are the data nodes'; ``sentinel_username`` / ``sentinel_password``
+    in the query string are the Sentinels' own."""
+    parts = urlsplit(url)
+    nodes, service, db = sentinel_service(url)
+    query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
+    timeouts = {
+        "socket_timeout": settings.socket_timeout,
+        "socket_connect_timeout": settings.connect_timeout,
+    }
+    sentinel_kwargs: dict[str, Any] = dict(timeouts)
+    for option in ("username", "password"):
+        if f"sentinel_{option}" in query:
+            sentinel_kwargs[option] = query[f"sentinel_{option}"]
+    options: dict[str, Any] = {
+        **timeouts, "db": db, "decode_responses": False,
+        "username": unquote(parts.username) if parts.username else None,
+        "password": unquote(parts.password) if parts.password else None,
+        "retry": Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), SENTINEL_RETRIES),
+        "retry_on_error": [RedisConnectionError, RedisTimeoutError],
+        **_no_maintenance_handshake(),
+    }  # fmt: skip
+    if parts.scheme.startswith("rediss"):
+        options["ssl"] = True
+        options.update({k: v for k, v in query.items() if k.startswith("ssl_")})
+    sentinel = Sentinel(nodes, sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]
+
+    def client(max_connections: int) -> Redis:
+        pool = SentinelConnectionPool(  # type: ignore[no-untyped-call]
+            service, sentinel, max_connections=max_connections, **options
+        )
+        return Redis.from_pool(pool)
+
+    return Clients(client(INTERNAL_MAX_CONNECTIONS), client(INTERNAL_MAX_CONNECTIONS))
 
 
 def is_cluster(redis: Redis) -> bool:

@@ -206,6 +206,7 @@ class NewJob(NamedTuple):
     delay_ms: int = 0
     due_ms: int = 0
     fresh: bool = False
+    replicas: int = 0  # the enqueue returns once this many replicas have it
 
 
 class Enqueued(NamedTuple):

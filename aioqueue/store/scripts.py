@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
+from ..errors import NotReplicated
 from ..priorities import strict_plan
 from . import wire
 from .loader import Arg, Script
@@ -170,6 +171,7 @@ async def enqueue_many(
     on_chunk: Callable[[int, list[Enqueued]], None] | None = None,
     span_ms: int = 0,
     keep: bool = False,
+    replica_timeout: float = 1.0,
 ) -> list[Enqueued]:
     """Write jobs over one connection (``keep``: the one kept for this queue, see
     ``routing``), in script calls of up to ``chunk`` jobs, all sent in one write (one
@@ -181,19 +183,35 @@ async def enqueue_many(
     starts = range(0, len(jobs), chunk)
     parts = [_pack_enqueue_parts(keys, jobs[start : start + chunk], span_ms) for start in starts]
     commands = [before + flag + after for before, flag, after in parts]
+    replicas = max(job.replicas for job in jobs) if jobs else 0
+    wait = [_pack_wait(replicas, replica_timeout)] if replicas else []
 
     def resent(_: list[bytes]) -> list[bytes]:  # marked: no id may be taken as fresh
-        return [before + _RESEND + after for before, _, after in parts]
+        return [before + _RESEND + after for before, _, after in parts] + wait
 
     parsed: list[list[Enqueued]] = [[] for _ in commands]
 
     def on_reply(index: int, reply: Any) -> None:  # each reply is decoded once, on arrival
+        if index >= len(parsed):
+            return  # WAIT's
         parsed[index] = _enqueued(reply)
-        if on_chunk is not None:
+        if on_chunk is not None and not wait:  # (with WAIT: only once replicated)
             on_chunk(starts[index], parsed[index])
 
-    await lines_for(redis).send(keys.base, _ENQUEUE, commands, on_reply, resent, keep=keep)
+    replies = await lines_for(redis).send(
+        keys.base, _ENQUEUE, commands + wait, on_reply, resent, keep=keep
+    )
+    if wait and int(replies[-1]) < replicas:
+        raise NotReplicated([job.id for job in jobs], int(replies[-1]), replicas, replica_timeout)
+    if wait and on_chunk is not None:
+        for index, start in enumerate(starts):
+            on_chunk(start, parsed[index])
     return [item for results in parsed for item in results]
+
+
+def _pack_wait(replicas: int, timeout: float) -> bytes:
+    """WAIT: the connection's writes so far are on ``replicas`` replicas (or the timeout)."""
+    return wire.array(3) + wire.bulk(b"WAIT") + wire.numbers(replicas, max(1, int(timeout * 1000)))
 
 
 async def enqueue(

@@ -128,8 +128,10 @@ async def send_each(
         await connection.disconnect()
 
     replies = await connection.retry.call_with_retry(round_trip, disconnect)
-    if replies and all(isinstance(reply, NoScriptError) for reply in replies):
-        # Every call was refused: loading and resending is safe.
+    if any(isinstance(reply, NoScriptError) for reply in replies):
+        # The server lacks the script (a restart, or a replica promoted by a failover:
+        # SCRIPT LOAD is not replicated). Load it and send everything again, as after a
+        # dropped connection: every script sent this way is safe to run twice.
         await connection.send_command("SCRIPT", "LOAD", script.source)
         await connection.read_response()
         replies = await connection.retry.call_with_retry(round_trip, disconnect)

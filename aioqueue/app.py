@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, cast, overload
 
 from redis.exceptions import RedisClusterException, RedisError
 
@@ -23,7 +23,7 @@ from .settings import (
     prefix_from_env,
     redis_url_from_env,
 )
-from .store.connection import Clients, failure, make_clients
+from .store.connection import Clients, describe_client, failure, make_clients
 from .store.keys import channels_registry, validate_name
 from .store.scripts import load_all
 from .store.server import warn_if_evicting
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
     from types import TracebackType
 
-    from redis.asyncio import Redis
+    from redis.asyncio import Redis, RedisCluster
 
     from .middleware import LifecycleHook, Middleware
     from .observers import Observer
@@ -56,7 +56,13 @@ class App:
     """An aioqueue application: register tasks with ``@app.task``, enqueue with
     ``app.queue(name)`` or ``task.enqueue(...)``, run them with ``app.worker()``.
 
-    Constructing an App touches nothing: Redis is reached on first use.
+    Constructing an App touches nothing: Redis is reached on first use. ``redis_url``
+    may name one server (``redis://``, ``rediss://``, ``unix://``), a Cluster
+    (``redis+cluster://host:port,host:port``) or a Sentinel-managed master
+    (``redis+sentinel://host:port,host:port/SERVICE``); or hand it a client of your own
+    (``client=``: a ``redis.asyncio.Redis`` or ``RedisCluster``, e.g. for a managed
+    service with its own discovery), which the App uses but does not close. A client is
+    bound to one event loop, so an App given one lives on that loop.
     """
 
     def __init__(
@@ -79,7 +85,11 @@ class App:
         history: float = APP_DEFAULTS.history,
         replicas: int = APP_DEFAULTS.replicas,
         replica_timeout: float = APP_DEFAULTS.replica_timeout,
+        client: Redis | RedisCluster | None = None,
     ) -> None:
+        if client is not None and redis_url is not None:
+            raise ConfigError("give the App a redis_url or a client, not both")
+        self._given_client = client
         self.settings = AppSettings(
             redis_url=redis_url,
             prefix=prefix or prefix_from_env(),
@@ -416,7 +426,10 @@ class App:
 
     @property
     def redis_url(self) -> str | None:
-        """The URL in force: set_redis_url(), else the constructor's, else the environment."""
+        """The URL in force: set_redis_url(), else the constructor's, else the environment
+        (for a client given to the App: its address, for messages)."""
+        if self._given_client is not None:
+            return describe_client(self._given_client)
         return self._url_override or self.settings.redis_url or redis_url_from_env()
 
     def set_redis_url(self, url: str | None) -> None:
@@ -456,6 +469,11 @@ class App:
             return await self._connect_once(loop)
 
     async def _connect_once(self, loop: asyncio.AbstractEventLoop) -> Clients:
+        if self._given_client is not None and self._clients is None:
+            given = cast("Redis", self._given_client)  # (see store.connection.make_clients)
+            await load_all(given)
+            await warn_if_evicting(given)
+            self._clients, self._client_loop = Clients(given, given, owned=False), loop
         if self._clients is None or self._client_loop is not loop:
             url = self.redis_url
             if not url:

@@ -246,3 +246,83 @@ async def test_an_unreachable_cluster_is_one_clear_error(prefix: str) -> None:
         await app.client()
     assert "secret" not in str(raised.value)
     await app.close()
+
+
+async def test_a_client_handed_to_the_app_works_on_a_cluster(
+    cluster: EmbeddedCluster, prefix: str
+) -> None:
+    from redis.asyncio import RedisCluster
+
+    client = RedisCluster(host="127.0.0.1", port=cluster.masters[0].port)
+    app = aioqueue.App(client=client, prefix=prefix)
+
+    @app.task(queue="given")
+    async def echo(value: str) -> str:
+        return value
+
+    job = await echo.enqueue("hi")
+    async with app.worker():
+        assert await job.result(timeout=5) == "hi"
+    assert app.redis_url is not None and app.redis_url.startswith("redis+cluster://")
+    await app.close()
+    await client.aclose()
+
+
+async def test_a_master_killed_mid_drain_loses_no_confirmed_job(prefix: str) -> None:
+    """Three masters with two replicas each; the master of a busy queue is SIGKILLed while
+    a producer enqueues (confirmed by a replica: ``replicas=1``) and a worker drains. A
+    replica is promoted (and still has one to confirm writes); producer and worker follow
+    it without a restart."""
+    with EmbeddedCluster(masters=3, replicas=2) as cluster:
+        app = aioqueue.App(redis_url=cluster.url, prefix=prefix, replicas=1)
+        name = queues_on_every_master(cluster, prefix)[1]
+        runs: Counter[str] = Counter()
+        confirmed: dict[str, float] = {}
+        unconfirmed = 0
+
+        @app.task(queue=name)
+        async def work(key: str) -> None:
+            runs[key] += 1
+            await asyncio.sleep(0.005)
+
+        async def produce(count: int) -> None:
+            nonlocal unconfirmed
+            for n in range(count):
+                key = f"j{n}"
+                while True:  # an unconfirmed enqueue is retried with its id: never twice
+                    try:
+                        await work.enqueue(key).options(id=key)
+                    except aioqueue.ServerUnavailable:  # (EnqueueUnconfirmed is one)
+                        unconfirmed += 1
+                        await asyncio.sleep(0.1)
+                        continue
+                    confirmed[key] = time.monotonic()
+                    break
+                await asyncio.sleep(0.002)
+
+        victim = owner(cluster, key_slot(QueueKeys.for_queue(prefix, name).base.encode()))
+        try:
+            async with app.worker(concurrency=20, lease=3):
+                producing = asyncio.ensure_future(produce(1500))
+                await wait_until(lambda: _now(len(runs) > 300), timeout=30)
+                killed_at = time.monotonic()
+                victim.kill()
+                await asyncio.wait_for(producing, 90)
+
+                async def all_ran() -> bool:
+                    return set(confirmed) <= set(runs)
+
+                await wait_until(all_ran, timeout=60, interval=0.1)
+            resumed = [at for at in confirmed.values() if at > killed_at]
+            lost = set(confirmed) - set(runs)
+            twice = sum(1 for count in runs.values() if count > 1)
+            print(  # noqa: T201 - the scenario's numbers, for the report (pytest -s)
+                f"\n[cluster failover] first confirmed enqueue {min(resumed) - killed_at:.1f}s "
+                f"after the kill; {len(confirmed)} confirmed, lost {len(lost)}, ran twice "
+                f"{twice}, unconfirmed tries {unconfirmed}"
+            )
+            assert lost == set()
+            assert resumed
+            assert twice <= 40  # only jobs running (or unacked) at the kill
+        finally:
+            await app.close()

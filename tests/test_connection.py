@@ -38,3 +38,26 @@ async def test_first_uses_that_race_share_one_client(redis_url: str, prefix: str
     clients = await asyncio.gather(*(app.client() for _ in range(10)))
     assert len({id(client) for client in clients}) == 1
     await app.close()
+
+
+async def test_an_app_uses_a_client_it_is_given_and_leaves_it_open(
+    redis_url: str, prefix: str
+) -> None:
+    from redis.asyncio import Redis
+
+    client = Redis.from_url(redis_url)
+    app = aioqueue.App(client=client, prefix=prefix)
+
+    @app.task
+    async def add(a: int, b: int) -> int:
+        return a + b
+
+    job = await add.enqueue(2, 3)
+    async with app.worker():
+        assert await job.result(timeout=5) == 5
+    assert app.redis_url is not None and app.redis_url.startswith("redis://127.0.0.1:")
+    await app.close()
+    assert await client.ping()  # still the user's, still open
+    await client.aclose()
+    with pytest.raises(aioqueue.ConfigError, match="not both"):
+        aioqueue.App(client=client, redis_url=redis_url)

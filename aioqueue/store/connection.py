@@ -61,10 +61,30 @@ INTERNAL_MAX_CONNECTIONS = 4096  # a ceiling, not a target: internal demand is b
 class Clients:
     shared: Redis
     internal: Redis
+    owned: bool = True  # False: the user's own client (App(client=...)), not ours to close
 
     async def aclose(self) -> None:
-        await self.shared.aclose()
-        await self.internal.aclose()
+        for client in (self.shared, self.internal):
+            await lines_closed(client)
+        if self.owned:
+            await self.shared.aclose()
+            await self.internal.aclose()
+
+
+def describe_client(client: Any) -> str:
+    """Where a client given to the App points, as a URL-like string for messages."""
+    if isinstance(client, RedisCluster):
+        nodes = client.get_nodes() or client.startup_nodes
+        return "redis+cluster://" + ",".join(node.name for node in nodes)
+    kwargs = client.connection_pool.connection_kwargs
+    return f"redis://{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
+
+
+async def lines_closed(client: Redis) -> None:
+    """Give back the raw connections ``routing`` kept for a client (before it closes)."""
+    from .routing import close_lines  # (routing imports this module)
+
+    await close_lines(client)
 
 
 def failure(exc: RedisError, url: str, job_ids: list[str] | None = None) -> AioqueueError | None:

@@ -18,13 +18,24 @@ connection, not through redis-py's command layer. ``Lines`` finds that connectio
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
 from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from redis.asyncio import ConnectionPool
-from redis.exceptions import AskError, MovedError, ReadOnlyError, ResponseError, TryAgainError
+from redis.exceptions import (
+    AskError,
+    MovedError,
+    ReadOnlyError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import wire
 from .connection import is_cluster
@@ -132,7 +143,14 @@ class Lines:
                 if on_reply is not None:
                     on_reply(todo[index], reply)
 
-            got = await self._on_node(node, script, sent, heard, resent, asking is not None)
+            try:
+                got = await self._on_node(node, script, sent, heard, resent, asking is not None)
+            except (RedisConnectionError, RedisTimeoutError):
+                # The node is gone (a failover may be under way): the next call reads the
+                # slot map again rather than knock on the same door.
+                with contextlib.suppress(RedisError, RedisClusterException):
+                    await cluster.nodes_manager.initialize()
+                raise
             todo, redirect = _sort_replies(todo, got, replies)
             if not todo:
                 return replies
@@ -224,3 +242,10 @@ def lines_for(redis: Redis) -> Lines:
     if found is None:
         found = _LINES[redis] = Lines(redis)
     return found
+
+
+async def close_lines(redis: Redis) -> None:
+    """Close the ``Lines`` of a client, if it has any (the App closes its clients)."""
+    found = _LINES.pop(redis, None)
+    if found is not None:
+        await found.close()

@@ -73,3 +73,25 @@ async def warn_if_evicting(redis: Redis, *, known: str | None = None) -> str | N
     if problem is not None and problem != known:
         logger.warning("%s", problem)
     return problem
+
+
+REQUIRED_COMMANDS = (
+    # scripts (every change to jobs, messages and topics is one)
+    "evalsha", "script|load",
+    # waiting, reading, admin and the worker's own keys
+    "blpop", "time", "ping", "info",
+    "get", "set", "del", "mget", "incr", "incrby", "decr", "pexpire", "pexpireat", "exists",
+    "hget", "hgetall", "hset", "hdel", "hmget", "hincrby", "hexists",
+    "zrange", "zrangebyscore", "zrevrangebyscore", "zadd", "zrem", "zcard", "zscore",
+    "llen", "lpop", "lpush", "lrange", "lpos", "rpush", "ltrim",
+    "smembers", "sadd", "srem", "scan",
+    # streams (mailboxes, groups, topics)
+    "xadd", "xrange", "xrevrange", "xlen", "xreadgroup", "xack", "xpending", "xclaim",
+    "xautoclaim", "xtrim", "xgroup|create", "xinfo|stream", "xinfo|groups",
+    # pub/sub (results, aborts, messaging wake-ups) and pipelines
+    "publish", "subscribe", "unsubscribe", "multi", "exec",
+    # the start-up check of the eviction policy (optional: refused, it is skipped)
+    "config|get",
+)  # fmt: skip
+"""The commands an ACL user needs for everything aioqueue does (README, "Running at scale";
+``tests/test_acl.py`` runs a worker and a producer as a user with exactly these)."""

@@ -48,6 +48,7 @@ from ..settings import (
     mask_url,
     sentinel_service,
 )
+from .routing import close_lines
 
 if TYPE_CHECKING:
     from ..settings import AppSettings
@@ -62,6 +63,7 @@ class Clients:
     shared: Redis
     internal: Redis
     owned: bool = True  # False: the user's own client (App(client=...)), not ours to close
+    sentinel: Sentinel | None = None  # its clients of the Sentinels, closed with ours
 
     async def aclose(self) -> None:
         for client in (self.shared, self.internal):
@@ -69,6 +71,8 @@ class Clients:
         if self.owned:
             await self.shared.aclose()
             await self.internal.aclose()
+        if self.sentinel is not None:
+            await self.sentinel.aclose()
 
 
 def describe_client(client: Any) -> str:
@@ -82,8 +86,6 @@ def describe_client(client: Any) -> str:
 
 async def lines_closed(client: Redis) -> None:
     """Give back the raw connections ``routing`` kept for a client (before it closes)."""
-    from .routing import close_lines  # (routing imports this module)
-
     await close_lines(client)
 
 
@@ -136,7 +138,7 @@ def _cluster_clients(url: str, settings: AppSettings) -> Clients:
     routes each command to the node serving its key's slot and follows MOVED, ASK and
     TRYAGAIN. A RedisCluster is not a ``Redis`` (it has the same command methods, no
     connection pool): ``store/routing.py`` finds raw connections on it, and the few
-    calls that differ check ``is_cluster``. Options from the query string: ``ssl_*``,
+    calls that differ check ``routing.is_cluster``. Options from the query string: ``ssl_*``,
     ``read_from_replicas`` is not used (every read must see the latest write)."""
     parts = urlsplit(url)
     query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
@@ -198,12 +200,9 @@ def _sentinel_clients(url: str, settings: AppSettings) -> Clients:
         )
         return Redis.from_pool(pool)
 
-    return Clients(client(INTERNAL_MAX_CONNECTIONS), client(INTERNAL_MAX_CONNECTIONS))
-
-
-def is_cluster(redis: Redis) -> bool:
-    """Whether ``redis`` is a RedisCluster client (typed as ``Redis``: see make_clients)."""
-    return isinstance(redis, RedisCluster)
+    return Clients(
+        client(INTERNAL_MAX_CONNECTIONS), client(INTERNAL_MAX_CONNECTIONS), sentinel=sentinel
+    )
 
 
 def _no_maintenance_handshake() -> dict[str, Any]:

@@ -22,6 +22,7 @@ from .records import (
     QueueCounts,
     ScheduledJob,
 )
+from .routing import server_time
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable
@@ -204,7 +205,7 @@ async def progress(redis: Redis, keys: QueueKeys, job_id: str) -> bytes | None:
 async def history(redis: Redis, keys: QueueKeys, *, minutes: int) -> list[MinuteCounts]:
     """Outcome counts of the last ``minutes`` minutes (the current one last, all of them
     present, zeros included), by the Redis clock (two round trips)."""
-    seconds, _ = await redis.time()
+    seconds, _ = await server_time(redis, keys.base)
     this_minute = seconds // 60
     first = this_minute - minutes + 1
     hours = range(first // 60, this_minute // 60 + 1)

@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from redis.asyncio import ConnectionPool
+from redis.asyncio import ConnectionPool, RedisCluster
 from redis.exceptions import (
     AskError,
     MovedError,
@@ -38,10 +38,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import wire
-from .connection import is_cluster
 
 if TYPE_CHECKING:
-    from redis.asyncio import Redis, RedisCluster
+    from redis.asyncio import Redis
     from redis.asyncio.cluster import ClusterNode
     from redis.asyncio.connection import AbstractConnection
 
@@ -54,6 +53,12 @@ _ASKING = wire.array(1) + wire.bulk(b"ASKING")
 
 OnReply = Callable[[int, Any], None]
 Resent = Callable[[list[bytes]], list[bytes]]
+
+
+def is_cluster(redis: Redis) -> bool:
+    """Whether ``redis`` is a RedisCluster client (typed as ``Redis``: see
+    ``connection.make_clients``)."""
+    return isinstance(redis, RedisCluster)
 
 
 class Lines:
@@ -231,6 +236,20 @@ def _sort_replies(
         key=lambda error: next(i for i, kind in enumerate(order) if isinstance(error, kind))
     )
     return again, redirects[0] if redirects else ResponseError()
+
+
+async def server_time(redis: Redis, key: str) -> tuple[int, int]:
+    """Redis's clock (seconds, microseconds), from the server that holds ``key``: on a
+    cluster, the node serving its slot (the one whose scripts time that key's jobs), not
+    whichever node redis-py would pick."""
+    if is_cluster(redis):
+        cluster = cast("RedisCluster", redis)
+        await cluster.initialize()
+        node = cluster.get_node_from_key(key)
+        reply: Any = await cluster.execute_command("TIME", target_nodes=node)
+    else:
+        reply = await redis.time()
+    return int(reply[0]), int(reply[1])
 
 
 _LINES: weakref.WeakKeyDictionary[Any, Lines] = weakref.WeakKeyDictionary()

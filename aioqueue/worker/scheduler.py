@@ -18,6 +18,7 @@ from redis.exceptions import RedisError
 from ..errors import EnqueueError, describe
 from ..store import scripts, specs
 from ..store.payload import Payload
+from ..store.routing import server_time
 from .loops import RETRY_PAUSE, Component, wait_event
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ class PeriodicScheduler(Component):
     async def _tick(self) -> float:
         """Enqueue what is due; return the seconds until the next tick (capped)."""
         due_specs = await specs.load(self._redis, self._keys)
-        now_ms = await _redis_now_ms(self._redis)
+        now_ms = await _redis_now_ms(self._redis, self._keys.base)
         for spec in due_specs:
             tick = spec.tick_to_enqueue(now_ms)
             if tick is not None:
@@ -105,6 +106,6 @@ class PeriodicScheduler(Component):
             logger.info("periodic %s: enqueued tick %d", spec.name, tick_ms)
 
 
-async def _redis_now_ms(redis: Redis) -> int:
-    seconds, micros = await redis.time()
-    return int(seconds) * 1000 + int(micros) // 1000
+async def _redis_now_ms(redis: Redis, key: str) -> int:
+    seconds, micros = await server_time(redis, key)  # (on a cluster: the queue's node)
+    return seconds * 1000 + micros // 1000

@@ -89,14 +89,17 @@ class Lines:
         for attempt in range(2):
             connection = self._kept.pop(key, None) if keep else None
             connection = connection or await wire.checkout(pool)
+            sending = resent(commands) if attempt and resent is not None else commands
             try:
-                replies = await wire.send(connection, script, commands, on_reply, resent)
-            except ReadOnlyError:  # a demoted master: nothing ran; a new connection finds
-                await connection.disconnect()  # the new one (Sentinel)
+                replies = await wire.send(connection, script, sending, on_reply, resent)
+            except ResponseError as exc:
+                replica = _on_a_replica(exc)
+                if replica:  # a demoted master (a failover): a new connection asks the
+                    await connection.disconnect()  # Sentinels for the new one
                 await pool.release(connection)
-                if attempt:
+                if attempt or not replica:
                     raise
-                continue
+                continue  # what went out may have run: it goes again as resent
             except BaseException:
                 await pool.release(connection)
                 raise
@@ -214,6 +217,11 @@ class Lines:
             return replies
         finally:
             await pool.release(connection)
+
+
+def _on_a_replica(error: ResponseError) -> bool:
+    """The server is a replica now: a write refused (READONLY), or WAIT refused."""
+    return isinstance(error, ReadOnlyError) or "used with replica" in str(error)
 
 
 def _sort_replies(

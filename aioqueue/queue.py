@@ -333,8 +333,26 @@ class Queue:
         return await reads.history(await self._host.client(), self.keys, minutes=minutes)
 
     @_clear_errors
+    async def pause(self) -> bool:
+        """Stop every worker taking jobs of this queue (the state lives in Redis, so all
+        obey it, and workers started later too). Running jobs finish; enqueues go on
+        and wait; delayed jobs still fall due (into ready). False if it was paused."""
+        return bool(await (await self._host.client()).set(self.keys.paused, 1, nx=True))
+
+    @_clear_errors
+    async def resume(self) -> bool:
+        """End a pause: workers take again at once. False if it was not paused."""
+        return await scripts.resume(await self._host.client(), self.keys)
+
+    @_clear_errors
+    async def paused(self) -> bool:
+        """Whether the queue is paused."""
+        return bool(await (await self._host.client()).exists(self.keys.paused))
+
+    @_clear_errors
     async def counts(self) -> QueueCounts:
-        """How many jobs are ready, scheduled, active and dead (one round trip)."""
+        """How many jobs are ready, scheduled, active and dead, and whether the queue is
+        paused (one round trip)."""
         return await reads.counts(await self._host.client(), self.keys)
 
     @_clear_errors

@@ -159,3 +159,19 @@ async def test_info_lists_topics_with_each_subscriber_group(
         ["", "", "", "", "archive", "0", "0", "5"],
     ]
     await producer.close()
+
+
+async def test_queue_pause_and_resume_from_the_cli(
+    cli_env: dict[str, str], producer: aioqueue.App
+) -> None:
+    code, out, err = await run_cli(["queue", "pause", TARGET, "-q", "emails"], env=cli_env)
+    assert (code, out.strip()) == (0, "emails: paused"), err
+    assert await producer.queue("emails").paused()
+    code, out, _ = await run_cli(["info", TARGET, "-q", "emails"], env=cli_env)
+    assert code == 0 and "emails (paused)" in out
+    code, out, _ = await run_cli(["queue", "pause", TARGET, "-q", "emails"], env=cli_env)
+    assert (code, out.strip()) == (0, "emails was paused already")
+    code, out, _ = await run_cli(["queue", "resume", TARGET, "-q", "emails"], env=cli_env)
+    assert (code, out.strip()) == (0, "emails: resumed")
+    assert not await producer.queue("emails").paused()
+    await producer.close()

@@ -24,7 +24,15 @@ from ..app import App
 from ..errors import AioqueueError, ConfigError, describe
 from ..settings import ENV_REDIS_URL, WORKER_DEFAULTS, mask_url
 from . import logs
-from .commands import run_check, run_dead, run_info, run_job, run_jobs, run_reconcile
+from .commands import (
+    run_check,
+    run_dead,
+    run_info,
+    run_job,
+    run_jobs,
+    run_queue,
+    run_reconcile,
+)
 from .serve import run_dashboard, run_worker
 
 if TYPE_CHECKING:
@@ -39,12 +47,16 @@ COMMANDS = {
     "info": "a table of the queues: counts, rates, workers (--watch to follow it)",
     "jobs": "list a queue's ready, scheduled, active or dead jobs",
     "job": "show or cancel one job",
+    "queue": "pause or resume a queue (every worker stops or starts taking its jobs)",
     "dead": "list, show, requeue or purge dead jobs",
     "reconcile": "put back jobs whose queue entry vanished (after an eviction)",
     "dashboard": "serve the web dashboard (pip install 'aioqueue[web]')",
 }
 
-ACTIONS = {"dead": ["ls", "show", "requeue", "purge"], "jobs": ["ls"], "job": ["show", "cancel"]}
+ACTIONS = {
+    "dead": ["ls", "show", "requeue", "purge"], "jobs": ["ls"], "job": ["show", "cancel"],
+    "queue": ["pause", "resume"],
+}  # fmt: skip
 
 
 class _Parser(argparse.ArgumentParser):
@@ -109,7 +121,8 @@ def command_parser(command: str) -> argparse.ArgumentParser:
     _log_options(parser, argparse.SUPPRESS)
     {"worker": _worker_options, "check": _queues_option, "dead": _dead_options,
      "reconcile": _queues_option, "info": _info_options, "jobs": _jobs_options,
-     "job": _job_options, "dashboard": _dashboard_options}[command](parser)  # fmt: skip
+     "job": _job_options, "dashboard": _dashboard_options,
+     "queue": _queue_options}[command](parser)  # fmt: skip
     return parser
 
 
@@ -134,6 +147,10 @@ def _jobs_options(parser: argparse.ArgumentParser) -> None:
 
 def _job_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("id", help="the job id")
+    parser.add_argument("-q", "--queue", help="the queue (default: the app's default queue)")
+
+
+def _queue_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-q", "--queue", help="the queue (default: the app's default queue)")
 
 
@@ -253,6 +270,7 @@ ONE_SHOT: dict[str, Callable[[App, argparse.Namespace], Coroutine[Any, Any, int]
     "info": run_info,
     "jobs": run_jobs,
     "job": run_job,
+    "queue": run_queue,
     "dead": run_dead,
     "reconcile": run_reconcile,
     "dashboard": run_dashboard,

@@ -160,6 +160,19 @@ async def run_job(app: App, args: argparse.Namespace) -> int:
     return 1
 
 
+async def run_queue(app: App, args: argparse.Namespace) -> int:
+    """``queue pause`` and ``queue resume``."""
+    need_url(app, "queue")
+    queue = app.queue(args.queue)
+    if args.action == "pause":
+        changed = await queue.pause()
+        _say(f"{queue.name}: paused" if changed else f"{queue.name} was paused already")
+    else:
+        changed = await queue.resume()
+        _say(f"{queue.name}: resumed" if changed else f"{queue.name} was not paused")
+    return 0
+
+
 async def run_dead(app: App, args: argparse.Namespace) -> int:
     need_url(app, "dead")
     queue = app.queue(args.queue)

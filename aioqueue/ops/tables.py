@@ -48,7 +48,8 @@ def _count(minute: MinuteCounts, field: str) -> int:
 
 def info_table(queues: Sequence[QueueSnapshot], *, now_ms: int | None = None) -> Table:
     """Per queue: ready (by priority), scheduled, active, dead, completed and failed per
-    second over the last minute, live workers and the jobs they run."""
+    second over the last minute, live workers and the jobs they run; a paused queue's
+    name says so."""
     table = Table(title="aioqueue", title_justify="left")
     table.add_column("queue", no_wrap=True, min_width=max((len(q.name) for q in queues), default=5))
     for name in ("ready", "sched", "active", "dead", "done/s", "fail/s", "workers"):
@@ -57,7 +58,7 @@ def info_table(queues: Sequence[QueueSnapshot], *, now_ms: int | None = None) ->
         counts = queue.counts
         running = sum(int(worker.get("running", 0)) for worker in queue.workers)
         table.add_row(
-            queue.name,
+            f"{queue.name} [yellow](paused)[/yellow]" if counts.paused else queue.name,
             _ready(counts),
             str(counts.scheduled),
             str(counts.active),

@@ -127,6 +127,11 @@ class QueueKeys:
         return f"{self.base}:periodic:ticks"
 
     @property
+    def paused(self) -> str:
+        """STRING set while the queue is paused (take.lua takes nothing)."""
+        return f"{self.base}:paused"
+
+    @property
     def abort_channel(self) -> str:
         """Pub/sub channel (not a key) on which cancel announces aborts of running jobs."""
         return f"{self.base}:aborts"

@@ -101,13 +101,15 @@ async def counts(redis: Redis, keys: QueueKeys) -> QueueCounts:
         pipe.zcard(keys.schedule)
         pipe.zcard(keys.active)
         pipe.zcard(keys.dead)
+        pipe.exists(keys.paused)
         replies = await pipe.execute()
-    *ready, skips, scheduled, active, dead = replies
+    *ready, skips, scheduled, active, dead, paused = replies
     by_priority = {level: int(n) for level, n in enumerate(ready) if int(n)}
     listed = sum(by_priority.values())
     return QueueCounts(
-        max(0, listed - int(skips or 0)), int(scheduled), int(active), int(dead), by_priority
-    )
+        max(0, listed - int(skips or 0)), int(scheduled), int(active), int(dead), by_priority,
+        paused=bool(paused),
+    )  # fmt: skip
 
 
 async def job_ids(redis: Redis, keys: QueueKeys, *, batch: int) -> AsyncIterator[list[bytes]]:

@@ -189,6 +189,7 @@ class QueueCounts:
     # ready-list entries per priority level (levels with none left out); these include
     # the entries of cancelled jobs that take has yet to skip, which ``ready`` does not
     ready_by_priority: Mapping[int, int] = field(default_factory=dict, compare=False)
+    paused: bool = False  # workers take nothing from it (``queue.pause()``)
 
 
 # -- what the scripts take and return --------------------------------------------------

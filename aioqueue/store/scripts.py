@@ -57,6 +57,7 @@ _CHANNEL_POST = Script("channel_post")
 _CHANNEL_COMMIT = Script("channel_commit")
 _CHANNEL_JOIN = Script("channel_join")
 _CHANNEL_LEAVE = Script("channel_leave")
+_RESUME = Script("resume")
 _TOPIC_PUBLISH = Script("topic_publish")
 _TOPIC_ACK = Script("topic_ack")
 _TOPIC_RECLAIM = Script("topic_reclaim")
@@ -65,7 +66,8 @@ _TOPIC_EXTEND = Script("topic_extend")
 ALL_SCRIPTS = (
     _ENQUEUE, _TAKE, _PROMOTE, _ACK, _RECLAIM, _EXTEND, _CANCEL, _REQUEUE, _PURGE,
     _RESCHEDULE, _TRIM_DEAD, _RECONCILE, _PROGRESS, _CHANNEL_POST, _CHANNEL_COMMIT,
-    _CHANNEL_JOIN, _CHANNEL_LEAVE, _TOPIC_PUBLISH, _TOPIC_ACK, _TOPIC_RECLAIM, _TOPIC_EXTEND,
+    _CHANNEL_JOIN, _CHANNEL_LEAVE, _RESUME, _TOPIC_PUBLISH, _TOPIC_ACK, _TOPIC_RECLAIM,
+    _TOPIC_EXTEND,
 )  # fmt: skip
 
 
@@ -239,7 +241,7 @@ async def enqueue(
 # -- take, promote, ack --------------------------------------------------------------
 
 
-_TAKE_KEYS = 20  # as take.lua lists them
+_TAKE_KEYS = 21  # as take.lua lists them
 _TAKE_ARGC = 3 + _TAKE_KEYS + 9  # EVALSHA sha numkeys, KEYS, ARGV before the plan's pairs
 
 
@@ -249,7 +251,7 @@ def _take_head(keys: QueueKeys) -> bytes:
     (the lease's own ``taken`` list): the same for every take of the queue."""
     script_keys = [
         keys.active, keys.notify, keys.dead, keys.seq, keys.job_prefix, *keys.ready_lists(),
-        keys.schedule, keys.skips, keys.done_prefix, keys.taken_prefix,
+        keys.schedule, keys.skips, keys.done_prefix, keys.paused, keys.taken_prefix,
     ]  # fmt: skip
     count = b"%d" % _TAKE_KEYS
     return wire.bulk(b"EVALSHA", _TAKE.sha.encode(), count, *(key.encode() for key in script_keys))
@@ -416,6 +418,15 @@ async def cancel(
         [job_id, result_ttl_ms, keys.abort_channel, keys.settled_channel],
     )
     return cast("CancelCode", _meaning("cancel", code)), _text(state)
+
+
+MAX_WAKE_TOKENS = 1000  # a resume wakes at most this many takes (each takes many jobs)
+
+
+async def resume(redis: Redis, keys: QueueKeys) -> bool:
+    """End a pause (and wake the workers); False if the queue was not paused."""
+    script_keys = [keys.paused, keys.notify, *keys.ready_lists()]
+    return bool(await _RESUME(redis, script_keys, [MAX_WAKE_TOKENS]))
 
 
 async def progress(redis: Redis, keys: QueueKeys, taken: Taken, value: bytes) -> bool:

@@ -235,7 +235,10 @@ class QueueConsumer(Component):
             promoted = await scripts.promote(
                 self.redis, self.keys, limit=1000, due_first=self._due_first
             )
-            if promoted.count or (await reads.counts(self.redis, self.keys)).ready:
+            counts = await reads.counts(self.redis, self.keys)
+            if counts.paused:
+                return True  # nothing will be taken: a burst worker leaves it be
+            if promoted.count or counts.ready:
                 return False  # (the promoter may have just made a job ready)
             return not await self._retries_pending(promoted.now_ms)
         except RedisError:

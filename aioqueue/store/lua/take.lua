@@ -28,8 +28,10 @@ KEYS[6..15] ready     LIST  ready lists of priorities 0..9
 KEYS[16]    schedule  ZSET  job id -> due time (ms)
 KEYS[17]    skips     STRING ready entries of cancelled jobs; less one per entry skipped
 KEYS[18]    done_prefix       prefix of the done hashes (include/done.lua); carries the tag
-KEYS[19]    taken_prefix     prefix of the taken lists below; carries the queue's hash tag
-KEYS[20]    taken     LIST  ids this lease token took (expires with the lease): if the same
+KEYS[19]    paused    STRING set while the queue is paused: nothing is taken (promotion
+                            goes on, so due jobs wait in ready for the resume)
+KEYS[20]    taken_prefix     prefix of the taken lists below; carries the queue's hash tag
+KEYS[21]    taken     LIST  ids this lease token took (expires with the lease): if the same
                             call comes again (a client resend after a lost reply), it gets
                             the same jobs back instead of stranding them and taking more.
                             Last, so that the keys before it are the same for every call
@@ -61,8 +63,9 @@ else its enqueue time et; -1 if unknown), by the Redis clock.
 -- @include promote_due
 local active, notify, dead, seq, job_prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local READY, schedule, skips, done_prefix = 6, KEYS[16], KEYS[17], KEYS[18]
-local taken_prefix, taken_key = KEYS[19], KEYS[20]
+local paused, taken_prefix, taken_key = KEYS[19], KEYS[20], KEYS[21]
 local lease, lease_ms, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+if limit > 0 and redis.call('EXISTS', paused) == 1 then limit = 0 end
 local woken, result_ttl_ms = tonumber(ARGV[4]), tonumber(ARGV[5])
 local promote_limit, front, span_ms = tonumber(ARGV[6]), ARGV[7] == '1', tonumber(ARGV[8])
 if limit > 0 and #ARGV < 11 then

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -41,3 +42,25 @@ async def drain(app: aioqueue.App, **options: Any) -> Counter[str]:
     for name in worker.settings.queues:
         assert (await app.queue(name).counts()).ready == 0, f"{name} was left with ready jobs"
     return Counter(worker.outcomes)
+
+
+async def produce_confirmed(
+    enqueue: Callable[[str], Awaitable[object]], count: int, confirmed: dict[str, float]
+) -> int:
+    """Enqueue jobs ``j0``.. ``j<count-1>`` one at a time, each with its key as its id; an
+    unconfirmed enqueue (Redis away, a failover) is retried with the same id, so none is
+    lost and none written twice. Records when each was confirmed; returns the retries."""
+    retries = 0
+    for n in range(count):
+        key = f"j{n}"
+        while True:
+            try:
+                await enqueue(key)
+            except aioqueue.ServerUnavailable:  # (EnqueueUnconfirmed is one)
+                retries += 1
+                await asyncio.sleep(0.1)
+                continue
+            confirmed[key] = time.monotonic()
+            break
+        await asyncio.sleep(0.002)
+    return retries

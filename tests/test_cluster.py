@@ -20,7 +20,7 @@ from aioqueue.settings import check_redis_url, cluster_nodes, mask_url
 from aioqueue.store.embedded import EmbeddedCluster, EmbeddedServer
 from aioqueue.store.keys import QueueKeys
 from aioqueue.store.routing import lines_for
-from tests.helpers import wait_until
+from tests.helpers import produce_confirmed, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -278,36 +278,23 @@ async def test_a_master_killed_mid_drain_loses_no_confirmed_job(prefix: str) -> 
         name = queues_on_every_master(cluster, prefix)[1]
         runs: Counter[str] = Counter()
         confirmed: dict[str, float] = {}
-        unconfirmed = 0
 
         @app.task(queue=name)
         async def work(key: str) -> None:
             runs[key] += 1
             await asyncio.sleep(0.005)
 
-        async def produce(count: int) -> None:
-            nonlocal unconfirmed
-            for n in range(count):
-                key = f"j{n}"
-                while True:  # an unconfirmed enqueue is retried with its id: never twice
-                    try:
-                        await work.enqueue(key).options(id=key)
-                    except aioqueue.ServerUnavailable:  # (EnqueueUnconfirmed is one)
-                        unconfirmed += 1
-                        await asyncio.sleep(0.1)
-                        continue
-                    confirmed[key] = time.monotonic()
-                    break
-                await asyncio.sleep(0.002)
+        def enqueue(key: str) -> Any:  # an unconfirmed one is retried with its id
+            return work.enqueue(key).options(id=key)
 
         victim = owner(cluster, key_slot(QueueKeys.for_queue(prefix, name).base.encode()))
         try:
             async with app.worker(concurrency=20, lease=3):
-                producing = asyncio.ensure_future(produce(1500))
+                producing = asyncio.ensure_future(produce_confirmed(enqueue, 1500, confirmed))
                 await wait_until(lambda: _now(len(runs) > 300), timeout=30)
                 killed_at = time.monotonic()
                 victim.kill()
-                await asyncio.wait_for(producing, 90)
+                unconfirmed = await asyncio.wait_for(producing, 90)
 
                 async def all_ran() -> bool:
                     return set(confirmed) <= set(runs)

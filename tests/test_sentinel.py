@@ -10,12 +10,13 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 import aioqueue
 from aioqueue.store.embedded import EmbeddedSentinel
-from tests.helpers import wait_until
+from tests.helpers import produce_confirmed, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -54,32 +55,19 @@ async def test_a_failover_mid_drain_loses_no_confirmed_job(
     app = aioqueue.App(redis_url=sentinel_set.url, prefix=f"s{uuid.uuid4().hex[:8]}", replicas=1)
     runs: Counter[str] = Counter()
     confirmed: dict[str, float] = {}  # job id -> when its enqueue was confirmed
-    unconfirmed = 0
 
     @app.task
     async def work(key: str) -> None:
         runs[key] += 1
         await asyncio.sleep(0.005)
 
-    async def produce(count: int) -> None:
-        nonlocal unconfirmed
-        for n in range(count):
-            key = f"j{n}"
-            while True:  # an unconfirmed enqueue is retried with its id: never twice
-                try:
-                    await work.enqueue(key).options(id=key)
-                except aioqueue.ServerUnavailable:  # (EnqueueUnconfirmed is one)
-                    unconfirmed += 1
-                    await asyncio.sleep(0.1)
-                    continue
-                confirmed[key] = time.monotonic()
-                break
-            await asyncio.sleep(0.002)
+    def enqueue(key: str) -> Any:  # an unconfirmed one is retried with its id
+        return work.enqueue(key).options(id=key)
 
     old_master = sentinel_set.master_port()
     try:
         async with app.worker(concurrency=20, lease=3):
-            producing = asyncio.ensure_future(produce(1500))
+            producing = asyncio.ensure_future(produce_confirmed(enqueue, 1500, confirmed))
             await wait_until(lambda: _now(len(runs) > 300), timeout=30)
             killed_at = time.monotonic()
             sentinel_set.master.kill()  # SIGKILL: no goodbye to anyone
@@ -89,7 +77,7 @@ async def test_a_failover_mid_drain_loses_no_confirmed_job(
 
             await wait_until(promoted, timeout=30, interval=0.1)
             announced = time.monotonic()
-            await asyncio.wait_for(producing, 90)
+            unconfirmed = await asyncio.wait_for(producing, 90)
 
             async def all_ran() -> bool:
                 return set(confirmed) <= set(runs)

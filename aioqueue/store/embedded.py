@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from ..errors import ServerUnavailable
 
@@ -96,7 +96,40 @@ def free_loopback_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class EmbeddedServer:
+class _Started:
+    """Started on entering a ``with`` block, stopped on leaving it."""
+
+    def start(self) -> str:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _terminate(process: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM a child server, then SIGKILL it if it lingers."""
+    if process is not None and process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+class EmbeddedServer(_Started):
     """A redis-server child process on 127.0.0.1, in its own temporary directory."""
 
     def __init__(
@@ -163,13 +196,7 @@ class EmbeddedServer:
     def stop(self) -> None:
         """Terminate the server (SIGTERM, then SIGKILL) and remove its directory."""
         process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        _terminate(process)
         if self._tempdir is not None:
             self._tempdir.cleanup()
             self._tempdir, self._workdir = None, None
@@ -181,23 +208,11 @@ class EmbeddedServer:
             self._process.wait()
             self._process = None
 
-    def __enter__(self) -> EmbeddedServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
 
 CLUSTER_SLOTS = 16384
 
 
-class EmbeddedCluster:
+class EmbeddedCluster(_Started):
     """A Redis Cluster of ``masters`` primaries (each with ``replicas`` replicas) on
     127.0.0.1, from the same binary as ``EmbeddedServer``: for tests and benchmarks.
 
@@ -272,18 +287,6 @@ class EmbeddedCluster:
         for server in self.nodes:
             server.stop()
 
-    def __enter__(self) -> EmbeddedCluster:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
 
 def _cluster_node(args: list[str]) -> EmbeddedServer:
     """A cluster node's server: its port and its cluster bus port (port + 10000) free."""
@@ -320,7 +323,7 @@ def _cluster_ok(client: Any) -> bool:
     return "cluster_state:ok" in _text(info)
 
 
-class EmbeddedSentinel:
+class EmbeddedSentinel(_Started):
     """A master, ``replicas`` replicas and ``sentinels`` Sentinels on 127.0.0.1 (one
     service, ``service``), from the same binary as ``EmbeddedServer``: for tests and
     benchmarks. ``url`` is the ``redis+sentinel://`` URL of the Sentinels."""
@@ -421,18 +424,6 @@ class EmbeddedSentinel:
         for server in self.servers:
             server.stop()
 
-    def __enter__(self) -> EmbeddedSentinel:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
 
 class _SentinelProcess:
     """One Sentinel (the server binary with ``--sentinel`` and a config file it may
@@ -472,13 +463,7 @@ class _SentinelProcess:
 
     def stop(self) -> None:
         process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        _terminate(process)
         if self._tempdir is not None:
             self._tempdir.cleanup()
             self._tempdir = None

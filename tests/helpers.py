@@ -64,3 +64,9 @@ async def produce_confirmed(
             break
         await asyncio.sleep(0.002)
     return retries
+
+
+async def now(value: object) -> bool:
+    """A value already known, as the awaitable ``wait_until`` polls:
+    ``wait_until(lambda: now(len(runs) > 100))``."""
+    return bool(value)

@@ -197,3 +197,25 @@ async def test_a_resent_enqueue_finds_a_fresh_job_that_already_completed(
         assert again == [0, b"complete"]
     finally:
         await redis.connection_pool.release(connection)
+
+
+async def test_a_job_that_waits_for_replicas_does_not_hold_up_its_neighbours(
+    redis_url: str, prefix: str
+) -> None:
+    # The suite's server has no replica: WAIT 1 times out with 0, and that job alone fails.
+    app = aioqueue.App(redis_url=redis_url, prefix=prefix, replica_timeout=0.05)
+
+    @app.task
+    async def noop(n: int) -> None:
+        return None
+
+    try:
+        calls = [noop.enqueue(n) for n in range(30)]
+        calls[15] = noop.enqueue(15).options(replicas=1, id="needs-a-replica")
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        assert len(failed) == 1 and isinstance(failed[0], aioqueue.NotReplicated)
+        assert failed[0].job_id == "needs-a-replica"
+        assert (await app.queue().counts()).ready == 30  # it landed: only unconfirmed
+    finally:
+        await app.close()

@@ -22,7 +22,7 @@ import aioqueue
 from aioqueue.errors import describe
 from aioqueue.store.embedded import DIR_PREFIX, OWNER_FILE, EmbeddedServer, remove_stale_dirs
 from aioqueue.worker import acks
-from tests.helpers import wait_until
+from tests.helpers import now, wait_until
 from tests.test_cli import TARGET, run_cli
 
 EMBEDDED = re.compile(rb"started an embedded server \S+ at (redis://127\.0\.0\.1:(\d+)/0)")
@@ -387,7 +387,7 @@ async def test_giving_up_acks_names_the_jobs_and_they_run_again(
         jobs = [await hold.enqueue(n) for n in range(3)]
         worker = app.worker(lease=2, grace=5)
         running = asyncio.create_task(worker.run())
-        await wait_until(lambda: _now(len(runs) == 3), timeout=10)
+        await wait_until(lambda: now(len(runs) == 3), timeout=10)
         await asyncio.to_thread(server.kill)
         release.set()  # they finish, but their acks cannot land
         worker.request_stop()
@@ -411,10 +411,6 @@ async def test_giving_up_acks_names_the_jobs_and_they_run_again(
             await asyncio.wait_for(running, timeout=30)
         assert results == [0, 1, 2] and sorted(runs) == [0, 1, 2]
         await app.close()
-
-
-async def _now(value: bool) -> bool:
-    return value
 
 
 async def test_ctrl_c_reaches_each_of_several_processes_once(

@@ -20,7 +20,7 @@ from aioqueue.settings import check_redis_url, cluster_nodes, mask_url
 from aioqueue.store.embedded import EmbeddedCluster, EmbeddedServer
 from aioqueue.store.keys import QueueKeys
 from aioqueue.store.routing import lines_for
-from tests.helpers import produce_confirmed, wait_until
+from tests.helpers import now, produce_confirmed, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -161,7 +161,7 @@ def migrate_slot(cluster: EmbeddedCluster, slot: int, pause: float = 0.02) -> Em
         src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", dst_id)
         while keys := src.execute_command("CLUSTER GETKEYSINSLOT", slot, 20):
             src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
-            time.sleep(pause)
+            time.sleep(pause)  # (in a thread: paces the move so clients work through it)
         for master in cluster.masters:
             client: Any = SyncRedis(port=master.port)
             with client:
@@ -196,7 +196,7 @@ async def test_a_slot_resharded_mid_drain_loses_nothing(
             await asyncio.sleep(0.002)
 
     async with app.worker(concurrency=20, lease=5):
-        await wait_until(lambda: _now(len(runs) > 100), timeout=30)
+        await wait_until(lambda: now(len(runs) > 100), timeout=30)
         producing = asyncio.ensure_future(produce())
         target = await asyncio.to_thread(migrate_slot, cluster, slot)
         await producing
@@ -219,10 +219,6 @@ async def test_a_slot_resharded_mid_drain_loses_nothing(
     check: Any = SyncRedis(port=target.port)
     with check:
         assert check.execute_command("CLUSTER COUNTKEYSINSLOT", slot) > 0
-
-
-async def _now(value: bool) -> bool:
-    return value
 
 
 def _text(value: Any) -> str:
@@ -291,7 +287,7 @@ async def test_a_master_killed_mid_drain_loses_no_confirmed_job(prefix: str) -> 
         try:
             async with app.worker(concurrency=20, lease=3):
                 producing = asyncio.ensure_future(produce_confirmed(enqueue, 1500, confirmed))
-                await wait_until(lambda: _now(len(runs) > 300), timeout=30)
+                await wait_until(lambda: now(len(runs) > 300), timeout=30)
                 killed_at = time.monotonic()
                 victim.kill()
                 unconfirmed = await asyncio.wait_for(producing, 90)

@@ -36,7 +36,7 @@ from aioqueue.store import scripts
 from aioqueue.store.embedded import EmbeddedServer
 from tests import fault_app
 from tests.fault_app import Recorder, Run
-from tests.helpers import wait_until
+from tests.helpers import now, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = "tests.fault_app:app"
@@ -72,7 +72,7 @@ class WorkerProcess:
         return text.encode() in self.log
 
     async def wait_logged(self, text: str, timeout: float = 10.0) -> None:
-        await wait_until(lambda: _now(self.logged(text)), timeout)
+        await wait_until(lambda: now(self.logged(text)), timeout)
 
     def signal(self, sig: signal.Signals) -> None:
         self.process.send_signal(sig)
@@ -138,10 +138,6 @@ def fault_app_on(
 
 
 # -- counting ------------------------------------------------------------------------------
-
-
-async def _now(value: bool) -> bool:
-    return value
 
 
 async def settle(predicate: Callable[[], Awaitable[bool]], timeout: float) -> None:
@@ -686,7 +682,7 @@ async def test_enqueue_reply_lost_after_the_job_ran_does_not_run_it_twice(
         proxy.arm(script_sha("enqueue"), hold_reconnects=True)  # its one request
         call = asyncio.ensure_future(_enqueue_as_told(queue.enqueue("ok", "once")))
         try:
-            await wait_until(lambda: _now(proxy.lost.is_set()), timeout=5)
+            await wait_until(lambda: now(proxy.lost.is_set()), timeout=5)
             await wait_until(lambda: _job_of_call_complete(redis, queue, "once"), timeout=10)
             proxy.release()  # now the client's retry reaches Redis
             job = await asyncio.wait_for(call, timeout=10)
@@ -726,7 +722,7 @@ async def test_take_reply_lost_does_not_burn_the_only_attempt(
     async with app.worker(lease=1, reclaim_interval=0.1, idle_wait=0.5):
         proxy.arm(reply=b'"burned"')  # the reply of the take that leases the job
         job = await producer.queue().enqueue("echo", "burned", 1)
-        await wait_until(lambda: _now(proxy.lost.is_set()), timeout=5)
+        await wait_until(lambda: now(proxy.lost.is_set()), timeout=5)
         await settle(lambda: _all_finished(queue, [job.id]), timeout=5)
     info = await queue.job(job.id).info()
     runs = await recorder.runs()

@@ -4,14 +4,13 @@ progress a running job reports."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 
 import aioqueue
 from aioqueue import current_job
-from tests.helpers import drain, wait_until
+from tests.helpers import drain, now, wait_until
 
 # -- queue.jobs(state) -------------------------------------------------------------------
 
@@ -186,13 +185,9 @@ async def test_progress_after_the_lease_is_lost_is_refused(app: aioqueue.App, re
         await asyncio.wait_for(started.wait(), 10)
         await redis.hset(app.queue().keys.job(job.id), "w", "someone-else")  # lease taken over
         go_on.set()
-        await wait_until(lambda: _now(bool(answers)), 10)
+        await wait_until(lambda: now(bool(answers)), 10)
     finally:
         worker.request_stop()
         await asyncio.wait_for(running, 10)
     assert answers == [False]
     assert await redis.hget(app.queue().keys.job(job.id), "pg") is None
-
-
-async def _now(value: Any) -> bool:
-    return bool(value)

@@ -8,7 +8,7 @@ import asyncio
 from redis.asyncio import Redis
 
 import aioqueue
-from tests.helpers import run_until_idle, wait_until
+from tests.helpers import now, run_until_idle, wait_until
 
 
 async def test_a_paused_queue_is_left_alone_by_every_worker_until_resumed(
@@ -39,7 +39,7 @@ async def test_a_paused_queue_is_left_alone_by_every_worker_until_resumed(
             assert await queue.paused()
             jobs = [await work.enqueue(n) for n in range(1, 6)]  # accepted, and they wait
             release.set()  # the running job finishes
-            await wait_until(lambda: _now(ran == [0]))
+            await wait_until(lambda: now(ran == [0]))
 
             async def looked() -> bool:  # every enqueue's wake-up token was taken by a
                 return await redis.llen(queue.keys.notify) == 0  # worker, which then took
@@ -69,7 +69,3 @@ async def test_a_burst_worker_leaves_a_paused_queue(app: aioqueue.App) -> None:
     assert (await app.queue("q").counts()).ready == 1
     await app.queue("q").resume()
     assert (await run_until_idle(app, queues=["q"])).outcomes["complete"] == 1
-
-
-async def _now(value: bool) -> bool:
-    return value

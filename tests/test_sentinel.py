@@ -16,7 +16,7 @@ import pytest
 
 import aioqueue
 from aioqueue.store.embedded import EmbeddedSentinel
-from tests.helpers import produce_confirmed, wait_until
+from tests.helpers import now, produce_confirmed, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -68,7 +68,7 @@ async def test_a_failover_mid_drain_loses_no_confirmed_job(
     try:
         async with app.worker(concurrency=20, lease=3):
             producing = asyncio.ensure_future(produce_confirmed(enqueue, 1500, confirmed))
-            await wait_until(lambda: _now(len(runs) > 300), timeout=30)
+            await wait_until(lambda: now(len(runs) > 300), timeout=30)
             killed_at = time.monotonic()
             sentinel_set.master.kill()  # SIGKILL: no goodbye to anyone
 
@@ -97,7 +97,3 @@ async def test_a_failover_mid_drain_loses_no_confirmed_job(
         assert twice <= 40  # only jobs running (or unacked) at the kill: 2 x concurrency
     finally:
         await app.close()
-
-
-async def _now(value: bool) -> bool:
-    return value

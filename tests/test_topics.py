@@ -286,7 +286,7 @@ async def test_wait_processed_returns_when_every_group_is_through(app: aioqueue.
     async def trimmed() -> bool:
         return (await logs.info()).size == 0
 
-    await wait_until(trimmed)  # what every group processed goes (within a claim interval)
+    await wait_until(trimmed)  # what every group processed goes (the last ack trims it)
 
 
 async def test_a_batch_subscriber_gets_lists_of_bodies(app: aioqueue.App, redis: Redis) -> None:

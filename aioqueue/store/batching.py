@@ -93,8 +93,9 @@ class EnqueueBatcher:
     async def _flush(self) -> None:
         try:
             while self._pending and not self._busy:
-                batch = self._pending[: scripts.MAX_ENQUEUE_BATCH]
-                del self._pending[: scripts.MAX_ENQUEUE_BATCH]
+                size = _same_replicas(self._pending, scripts.MAX_ENQUEUE_BATCH)
+                batch = self._pending[:size]
+                del self._pending[:size]
                 self._busy = True
 
                 def settle(start: int, results: list[Enqueued], batch: Batch = batch) -> None:
@@ -124,3 +125,14 @@ class EnqueueBatcher:
             self._flusher = None
             if self._pending and not self._busy:
                 self._start_flusher()
+
+
+def _same_replicas(pending: Batch, limit: int) -> int:
+    """How many of the first jobs go in one flush: up to ``limit``, all asking for the
+    same number of replicas (a flush waits for the most any of its jobs asks, and a job
+    that asked for none must not wait, nor fail, for another's)."""
+    wanted = pending[0][0].replicas
+    for index, (job, _) in enumerate(pending[:limit]):
+        if job.replicas != wanted:
+            return index
+    return min(limit, len(pending))

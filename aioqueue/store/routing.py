@@ -239,11 +239,9 @@ def _sort_replies(
             raise reply
         else:
             replies[index] = reply
-    order = (MovedError, AskError, TryAgainError)
-    redirects.sort(
-        key=lambda error: next(i for i, kind in enumerate(order) if isinstance(error, kind))
-    )
-    return again, redirects[0] if redirects else ResponseError()
+    moved = [error for error in redirects if isinstance(error, MovedError)]
+    asked = [error for error in redirects if isinstance(error, AskError)]
+    return again, (moved or asked or redirects or [ResponseError()])[0]
 
 
 async def server_time(redis: Redis, key: str) -> tuple[int, int]:

@@ -582,17 +582,16 @@ async def topic_reclaim(
     cursor: str,
     max_attempts: int,
     dead_max: int,
-    trim: bool,
 ) -> TopicClaim:
     """Claim messages whose lease ran out (or whose retry is due); dead-letter those past
-    their attempts; optionally trim what every group processed."""
+    their attempts."""
     error = encode_error(
         "LeaseExpired", "lease expired on the last attempt: the worker died or stalled", ""
     )
     reply = await _TOPIC_RECLAIM(
         redis,
         [keys.log, keys.retry, keys.dead],
-        [group, consumer, lease_ms, count, cursor, max_attempts, dead_max, error, int(trim)],
+        [group, consumer, lease_ms, count, cursor, max_attempts, dead_max, error],
     )
     messages = [
         (reply[i], _pairs(reply[i + 1]), int(reply[i + 2])) for i in range(2, len(reply), 3)

@@ -5,9 +5,9 @@ are none, woken at shutdown through a wake stream of its own) and admits each to
 worker's in-flight jobs as a job of the subscriber's task, so the subscriber runs under
 the same slots, timeouts, middleware, hooks and observers as any task. Its maintenance
 loop renews the leases of what the worker holds (the group's pending list names this
-worker), claims what other workers left behind (lease run out, or a retry now due) and
-trims what every group has processed. ``TopicAcks`` settles the outcomes in batches
-through ``topic_ack.lua``.
+worker) and claims what other workers left behind (lease run out, or a retry now due).
+``TopicAcks`` settles the outcomes in batches through ``topic_ack.lua``, which also trims
+what every group has processed.
 """
 
 from __future__ import annotations
@@ -333,7 +333,7 @@ class TopicConsumer(Component):
             )  # fmt: skip
 
     async def _claim(self) -> None:
-        """Claim messages whose lease ran out or whose retry is due (and trim)."""
+        """Claim messages whose lease ran out or whose retry is due."""
         if self.stopping.is_set():
             return
         reserved = self._slots.reserve(self._units_per_read)
@@ -344,7 +344,7 @@ class TopicConsumer(Component):
             claim = await scripts.topic_reclaim(
                 self.redis, self.keys, self.group, self.consumer,
                 lease_ms=self.settings.lease_ms, count=reserved * self._batch, cursor=self._cursor,
-                max_attempts=options.max_attempts, dead_max=DEAD_MAX, trim=True,
+                max_attempts=options.max_attempts, dead_max=DEAD_MAX,
             )  # fmt: skip
         except BaseException:
             self._slots.unreserve(reserved)

@@ -1,6 +1,6 @@
 --[[ topic_reclaim: claim a subscriber group's messages whose lease ran out (their worker
-died or stalled, or they wait for a retry that is now due), and trim what every group
-processed.
+died or stalled, or they wait for a retry that is now due). What it dead-letters is
+trimmed if every group has it now (acks trim the rest, in topic_ack.lua).
 
 KEYS[1] log       STREAM the topic's log (consumer groups = subscriber groups)
 KEYS[2] retry     HASH   "<group> <id>" -> when a retried message's next attempt is due
@@ -14,7 +14,6 @@ ARGV[6] max       the group's attempts per message (-1: unlimited): a message wh
                   ran out on its last attempt is dead-lettered (LeaseExpired)
 ARGV[7] dead_max  the most dead letters kept (approximately; 0: no bound)
 ARGV[8] error     the dead letter's error JSON for such a message
-ARGV[9] trim      "1": also trim what every group processed
 
 Returns {next cursor, dead-lettered, id_1, fields_1, attempts_1, id_2, ...}: fields as
 the stream keeps them (b: the body).
@@ -55,5 +54,5 @@ for _, id in ipairs(claimed[3] or {}) do -- trimmed while pending (the length bo
   redis.call('HDEL', retry, group .. ' ' .. id)
 end
 out[2] = buried
-if ARGV[9] == '1' then trim_processed(log) end
+if buried > 0 then trim_processed(log) end
 return out

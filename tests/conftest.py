@@ -15,6 +15,16 @@ from redis.asyncio import Redis
 import aioqueue
 from aioqueue.store.embedded import EmbeddedServer
 from aioqueue.store.keys import QueueKeys
+from tests.helpers import collect_leaked_sockets
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_connection_left_open() -> Iterator[None]:
+    """Fail the module that leaves a connection to the garbage collector: unattended, its
+    ResourceWarning surfaces in whichever test happens to run the next full collection."""
+    yield
+    if leaked := collect_leaked_sockets():
+        pytest.fail(f"{len(leaked)} connection(s) left unclosed, e.g. {leaked[0]}")
 
 
 @pytest.fixture(scope="session")

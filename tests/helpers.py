@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
+import warnings
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -70,3 +72,21 @@ async def now(value: object) -> bool:
     """A value already known, as the awaitable ``wait_until`` polls:
     ``wait_until(lambda: now(len(runs) > 100))``."""
     return bool(value)
+
+
+def collect_leaked_sockets() -> list[str]:
+    """Collect garbage now and return the unclosed sockets it found (``ResourceWarning``
+    texts), instead of letting them surface as warnings in whichever test runs next."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        gc.collect()
+    return [
+        str(warning.message)
+        for warning in caught
+        if issubclass(warning.category, ResourceWarning) and "socket.socket" in str(warning.message)
+    ]
+
+
+def leaks_outside(leaked: list[str], ports: set[int]) -> list[str]:
+    """The leaked sockets (see ``collect_leaked_sockets``) whose peer is not one of ``ports``."""
+    return [text for text in leaked if not any(f", {port})" in text for port in ports)]

@@ -142,12 +142,14 @@ class _Dashboard:
         *,
         fragment: str | None = None,
         status: int = 200,
+        now_ms: int | None = None,
     ) -> HTMLResponse:
-        """A page (or, for the live refresh's ``?partial=1``, its fragment)."""
+        """A page (or, for the live refresh's ``?partial=1``, its fragment); ``now_ms``:
+        the instant its rows were computed for, so that a "next run" never reads "ago"."""
         if fragment is not None and request.query_params.get("partial") == "1":
             template = fragment
         token, new_token = guard.token(request)
-        now_ms = int(time.time() * 1000)
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         html = self.env.get_template(template).render(
             request=request,
             title=self.title,
@@ -217,7 +219,10 @@ class _Dashboard:
     async def periodic_page(self, request: Request) -> Response:
         now_ms, names = int(time.time() * 1000), self.names()
         rows = await views.periodic(self.app, names, now_ms)
-        return self.render(request, "periodic.html", {"rows": rows}, fragment="_periodic.html")
+        context = {"rows": rows}
+        return self.render(
+            request, "periodic.html", context, fragment="_periodic.html", now_ms=now_ms
+        )
 
     # -- actions ---------------------------------------------------------------------------
 

@@ -127,6 +127,60 @@ async def test_results_delays_and_cancellation_on_a_cluster(app: aioqueue.App) -
             await running.result(timeout=5)
 
 
+async def test_aborts_and_results_travel_by_sharded_pub_sub(
+    app: aioqueue.App, cluster: EmbeddedCluster, prefix: str
+) -> None:
+    """One queue on each master: each result and each abort is heard on the node of its
+    queue (SSUBSCRIBE there, SPUBLISH by the scripts); no message crosses the cluster bus
+    by a plain PUBLISH. The safety nets are out of reach: results would be looked at
+    again after 60 s, aborts found at a lease renewal after 20 s."""
+    names = queues_on_every_master(cluster, prefix)
+    release = asyncio.Event()
+    gated, echoes = {}, {}
+    for name in names:
+
+        @app.task(queue=name, name=f"gated_{name}")
+        async def gated_task() -> None:
+            await release.wait()
+
+        @app.task(queue=name, name=f"echo_{name}")
+        async def echo(value: str) -> str:
+            return value
+
+        gated[name], echoes[name] = gated_task, echo
+    for node in cluster.masters:
+        await asyncio.to_thread(_reset_stats, node.port)
+    async with app.worker(concurrency=10, lease=60):
+        for name in names:
+            assert await (await echoes[name].enqueue(name)).result(5, poll_interval=60) == name
+        running = {name: await gated[name].enqueue() for name in names}
+
+        async def all_running() -> bool:
+            infos = [await job.info() for job in running.values()]
+            return all(i is not None and i.status is aioqueue.JobStatus.ACTIVE for i in infos)
+
+        await wait_until(all_running)
+        for name, job in running.items():
+            await app.queue(name).cancel(job.id)
+        for job in running.values():
+            with pytest.raises(aioqueue.JobCancelled):
+                await job.result(timeout=10, poll_interval=60)
+    stats = [await asyncio.to_thread(_command_calls, node.port) for node in cluster.masters]
+    assert all(calls.get("spublish", 0) >= 2 for calls in stats)  # a result and an abort
+    assert sum(calls.get("publish", 0) for calls in stats) == 0
+
+
+def _reset_stats(port: int) -> None:
+    with SyncRedis(port=port) as client:
+        client.config_resetstat()
+
+
+def _command_calls(port: int) -> dict[str, int]:
+    with SyncRedis(port=port) as client:
+        info = client.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(stat["calls"]) for name, stat in info.items()}
+
+
 async def test_messaging_on_a_cluster(app: aioqueue.App) -> None:
     room = app.group("room")
     await room.join("alice")
@@ -176,7 +230,8 @@ async def test_a_slot_resharded_mid_drain_loses_nothing(
     app: aioqueue.App, cluster: EmbeddedCluster, prefix: str
 ) -> None:
     """A busy queue's slot moves to another master while a worker drains it and a
-    producer enqueues into it: MOVED, ASK and TRYAGAIN all happen; every job runs once."""
+    producer enqueues into it: MOVED, ASK and TRYAGAIN all happen; every job runs once,
+    and the queue's sharded channels are heard on the new master."""
     name = queues_on_every_master(cluster, prefix)[0]
     slot = key_slot(QueueKeys.for_queue(prefix, name).base.encode())
     runs: Counter[str] = Counter()
@@ -185,6 +240,10 @@ async def test_a_slot_resharded_mid_drain_loses_nothing(
     async def work(key: str) -> None:
         runs[key] += 1
         await asyncio.sleep(0.002)
+
+    @app.task(queue=name)
+    async def echo(value: str) -> str:
+        return value
 
     first = [f"a{n}" for n in range(1500)]
     await app.queue(name).enqueue_many(work.enqueue(key).options(id=key) for key in first)
@@ -196,6 +255,8 @@ async def test_a_slot_resharded_mid_drain_loses_nothing(
             await asyncio.sleep(0.002)
 
     async with app.worker(concurrency=20, lease=5):
+        # Subscribed to the queue's settled channel on its first master (before the move)...
+        assert await (await echo.enqueue("before")).result(timeout=5) == "before"
         await wait_until(lambda: now(len(runs) > 100), timeout=30)
         producing = asyncio.ensure_future(produce())
         target = await asyncio.to_thread(migrate_slot, cluster, slot)
@@ -206,6 +267,9 @@ async def test_a_slot_resharded_mid_drain_loses_nothing(
             return counts.ready == counts.active == counts.scheduled == 0
 
         await wait_until(drained, timeout=60, interval=0.1)
+        # ...and on the new one after it (the old one said SUNSUBSCRIBE): a result is
+        # heard at once, not at the next look (60 s away).
+        assert await (await echo.enqueue("after")).result(10, poll_interval=60) == "after"
     expected = set(first) | set(later)
     lost, twice = expected - set(runs), [key for key, count in runs.items() if count > 1]
     followed = lines_for(await app.internal_client()).redirects

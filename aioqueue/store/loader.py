@@ -5,6 +5,10 @@ priority clamp, the schedule's wake-up, ...) with a line ``-- @include <name>``.
 puts the snippet's text in place of that line, once per script, so Redis runs one
 self-contained script and its SHA1 covers the snippets: a changed snippet is a new script,
 and every deploy runs the Lua it shipped with.
+
+A script that publishes (``-- @include publish``) has a second build for Redis Cluster, in
+which that line takes ``include/publish_sharded.lua`` (SPUBLISH): ``Script.on(redis)``
+picks the build for a client, and the call does it by itself.
 """
 
 from __future__ import annotations
@@ -14,10 +18,11 @@ import re
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
+from redis.asyncio import RedisCluster
 from redis.exceptions import NoScriptError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
     from importlib.resources.abc import Traversable
 
     from redis.asyncio import Redis
@@ -28,15 +33,26 @@ LUA = files("aioqueue.store") / "lua"
 _INCLUDE = re.compile(r"^-- @include ([a-z_]+)[ \t]*$", re.MULTILINE)
 
 
-def assemble(name: str, root: Traversable = LUA) -> str:
+SHARDED = {"publish": "publish_sharded"}  # the snippets a Redis Cluster build swaps
+
+
+def assemble(name: str, root: Traversable = LUA, swaps: Mapping[str, str] | None = None) -> str:
     """The source of ``<root>/<name>.lua`` with its ``-- @include`` lines resolved from
-    ``<root>/include``; a snippet that is missing or includes itself raises ValueError."""
-    return _resolve(root, (root / f"{name}.lua").read_text("utf-8"), set(), (name,))
+    ``<root>/include`` (``swaps``: snippet -> the one to include in its place); a snippet
+    that is missing or includes itself raises ValueError."""
+    source = (root / f"{name}.lua").read_text("utf-8")
+    return _resolve(root, source, set(), (name,), swaps or {})
 
 
-def _resolve(root: Traversable, source: str, included: set[str], chain: tuple[str, ...]) -> str:
+def _resolve(
+    root: Traversable,
+    source: str,
+    included: set[str],
+    chain: tuple[str, ...],
+    swaps: Mapping[str, str],
+) -> str:
     def include(match: re.Match[str]) -> str:
-        snippet = match.group(1)
+        snippet = swaps.get(match.group(1), match.group(1))
         if snippet in chain:
             raise ValueError(f"Lua include cycle: {' -> '.join((*chain, snippet))}")
         if snippet in included:
@@ -45,7 +61,8 @@ def _resolve(root: Traversable, source: str, included: set[str], chain: tuple[st
         path = root / "include" / f"{snippet}.lua"
         if not path.is_file():
             raise ValueError(f"{chain[-1]}.lua includes {snippet!r}, which lua/include lacks")
-        return _resolve(root, path.read_text("utf-8"), included, (*chain, snippet)).rstrip("\n")
+        text = path.read_text("utf-8")
+        return _resolve(root, text, included, (*chain, snippet), swaps).rstrip("\n")
 
     return _INCLUDE.sub(include, source)
 
@@ -53,14 +70,22 @@ def _resolve(root: Traversable, source: str, included: set[str], chain: tuple[st
 class Script:
     """A file from ``store/lua``, called by SHA and reloaded if Redis lost it."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, swaps: Mapping[str, str] | None = None) -> None:
         self.name = name
-        self.source = assemble(name)
+        self.source = assemble(name, swaps=swaps)
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
+        self.sharded = self  # its Redis Cluster build (itself when that changes nothing)
+        if swaps is None and assemble(name, swaps=SHARDED) != self.source:
+            self.sharded = Script(name, SHARDED)
+
+    def on(self, redis: Redis) -> Script:
+        """The build of this script for ``redis`` (a Redis Cluster client or not)."""
+        return self.sharded if isinstance(redis, RedisCluster) else self
 
     async def __call__(self, redis: Redis, keys: Sequence[str | bytes], args: Sequence[Arg]) -> Any:
+        script = self.on(redis)
         try:
-            return await redis.evalsha(self.sha, len(keys), *keys, *args)
+            return await redis.evalsha(script.sha, len(keys), *keys, *args)
         except NoScriptError:  # it did not run, so running it again is safe
-            await redis.script_load(self.source)
-            return await redis.evalsha(self.sha, len(keys), *keys, *args)
+            await redis.script_load(script.source)
+            return await redis.evalsha(script.sha, len(keys), *keys, *args)

@@ -46,9 +46,10 @@ if TYPE_CHECKING:
 
     from .loader import Script
 
-MAX_REDIRECTS = 16  # rounds of MOVED / ASK before giving up on a call
+MAX_REDIRECTS = 16  # rounds of MOVED before giving up on a call (a slot map gone wrong)
 TRY_AGAIN_PAUSE = 0.05  # seconds before resending a call refused with TRYAGAIN...
-TRY_AGAIN_FOR = 15.0  # ...for at most this long (a slot's migration under way)
+TRY_AGAIN_FOR = 15.0  # ...and of ASK / TRYAGAIN at most this long (a migration under way:
+# while a call's keys are split, the source says ASK and the target TRYAGAIN, in turn)
 _ASKING = wire.array(1) + wire.bulk(b"ASKING")
 
 OnReply = Callable[[int, Any], None]
@@ -83,6 +84,7 @@ class Lines:
         """Send packed calls of ``script`` whose keys share ``key``'s slot; their replies.
         Raises the first error reply. ``keep``: reuse one connection for ``key`` across
         calls (its caller sends one call at a time)."""
+        script = script.on(self.redis)
         if is_cluster(self.redis):
             return await self._send_cluster(key, script, commands, on_reply, resent)
         pool = self.redis.connection_pool
@@ -162,7 +164,7 @@ class Lines:
             todo, redirect = _sort_replies(todo, got, replies)
             if not todo:
                 return replies
-            redirects += not isinstance(redirect, TryAgainError)
+            redirects += isinstance(redirect, MovedError)
             self.redirects[type(redirect).__name__] += 1
             asking = await self._follow(cluster, redirect)
         raise ResponseError(f"gave up following redirections for key {key!r}: {redirect}")
@@ -194,11 +196,7 @@ class Lines:
         ASKING, whose OK replies are dropped here."""
         pool = self._node_pools.get(node.name)
         if pool is None:
-            options = dict(node.connection_kwargs)
-            options.pop("retry", None)  # ours: the connection's, as in make_clients
-            pool = self._node_pools[node.name] = ConnectionPool(
-                connection_class=node.connection_class, **options
-            )
+            pool = self._node_pools[node.name] = node_pool(node)
         connection = await wire.checkout(pool)
         try:
             if not asking:
@@ -217,6 +215,13 @@ class Lines:
             return replies
         finally:
             await pool.release(connection)
+
+
+def node_pool(node: ClusterNode) -> ConnectionPool:
+    """A new pool of raw connections to one cluster node (its owner closes it)."""
+    options = dict(node.connection_kwargs)
+    options.pop("retry", None)  # ours: the connection's, as in make_clients
+    return ConnectionPool(connection_class=node.connection_class, **options)
 
 
 def _on_a_replica(error: ResponseError) -> bool:

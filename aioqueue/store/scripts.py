@@ -74,7 +74,7 @@ ALL_SCRIPTS = (
 async def load_all(redis: Redis) -> None:
     """Load every script up front, so the hot path never meets NOSCRIPT."""
     for script in ALL_SCRIPTS:
-        await redis.script_load(script.source)
+        await redis.script_load(script.on(redis).source)
 
 
 CODES: dict[str, dict[int, str]] = {

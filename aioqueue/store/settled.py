@@ -21,21 +21,22 @@ import logging
 import secrets
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from ..errors import AioqueueError, describe
-from .channels import PING_AFTER, SILENCE_LIMIT, listen
+from .channels import PING_AFTER, SILENCE_LIMIT, Subscriber
+from .routing import is_cluster
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
 
     from redis.asyncio import Redis
-    from redis.asyncio.client import PubSub
 
 logger = logging.getLogger(__name__)
 
 RETRY_PAUSE = 0.5  # after a failed connection, before the next try
 CONFIRM_WITHIN = 2.0  # how long a waiter waits for its subscription to be confirmed
+_LOST = (RedisError, RedisClusterException, OSError)  # the connection (or slot map) failed
 
 
 def parse_ids(message: bytes) -> list[bytes]:
@@ -57,7 +58,8 @@ class SettledListener:
         self._waiters: dict[tuple[bytes, bytes], set[asyncio.Event]] = {}
         self._channels: dict[bytes, asyncio.Event] = {}  # channel -> its SUBSCRIBE confirmed
         self._wake_channel = f"{wake_channel_prefix}:{secrets.token_hex(8)}".encode()
-        self._pubsub: PubSub | None = None
+        self._subscriber: Subscriber | None = None
+        self._restart = False  # end this round of listening and start another
         self._reader: asyncio.Task[None] | None = None
         self._closing = False
         self._connected = asyncio.Event()
@@ -90,14 +92,15 @@ class SettledListener:
             confirmed = self._channels[channel] = asyncio.Event()
             if self._reader is None:
                 self._reader = asyncio.get_running_loop().create_task(self._run())
-            elif self._pubsub is not None and self._connected.is_set():
-                await self._send_subscribe(self._pubsub, [channel])
+            elif self._subscriber is not None and self._connected.is_set():
+                await self._send_subscribe(self._subscriber, [channel])
         await confirmed.wait()
 
-    async def _send_subscribe(self, pubsub: PubSub, channels: list[bytes]) -> None:
+    async def _send_subscribe(self, subscriber: Subscriber, channels: list[bytes]) -> None:
         try:
-            await pubsub.subscribe(*channels)
-        except RedisError as exc:  # the reader finds the broken connection and starts over
+            if not await subscriber.subscribe(channels):
+                self._restart = True  # a cluster node this round has no connection to
+        except _LOST as exc:  # the reader finds the broken connection and starts over
             logger.debug("subscribing to %s failed: %s", channels, describe(exc))
 
     async def close(self) -> None:
@@ -108,7 +111,9 @@ class SettledListener:
         if reader is None:
             return
         with contextlib.suppress(RedisError):
-            await (await self._client()).publish(self._wake_channel, b"stop")
+            client = await self._client()
+            if not is_cluster(client):  # (sharded listening checks _closing often)
+                await client.publish(self._wake_channel, b"stop")
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(reader), timeout=PING_AFTER * 2)
         if not reader.done():  # the wake message did not arrive: its wait ends on its own
@@ -117,9 +122,11 @@ class SettledListener:
 
     async def _run(self) -> None:
         while not self._closing:
+            failed = True
             try:
                 await self._listen()
-            except (RedisError, OSError, AioqueueError) as exc:
+                failed = False  # (a new round was asked for)
+            except (*_LOST, AioqueueError) as exc:
                 logger.debug("settled channel lost: %s; subscribing again", describe(exc))
             except Exception:  # a bug: waiters fall back to looking now and then
                 logger.exception("the settled listener failed; subscribing again")
@@ -128,23 +135,24 @@ class SettledListener:
                 for confirmed in self._channels.values():
                     confirmed.clear()
             self._wake_all()  # announcements may have been missed meanwhile
-            if not self._closing:
+            if failed and not self._closing:
                 await asyncio.sleep(RETRY_PAUSE)
 
     async def _listen(self) -> None:
-        pubsub = (await self._client()).pubsub()
-        self._pubsub = pubsub
+        subscriber = self._subscriber = Subscriber(await self._client())
+        self._restart = False
         try:
             sent = list(self._channels)
-            await pubsub.subscribe(self._wake_channel, *sent)
+            wake = [] if subscriber.sharded else [self._wake_channel]
+            await subscriber.subscribe([*wake, *sent])
             self._connected.set()
             if added := [channel for channel in self._channels if channel not in sent]:
-                await pubsub.subscribe(*added)  # asked for while the first was under way
-            await listen(pubsub, self._heard, lambda: self._closing)
+                # asked for while the first was under way
+                await self._send_subscribe(subscriber, added)
+            await subscriber.listen(self._heard, lambda: self._closing or self._restart)
         finally:
-            self._pubsub = None
-            with contextlib.suppress(RedisError, OSError):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
+            self._subscriber = None
+            await subscriber.aclose()
 
     def _heard(self, message: dict[str, Any]) -> None:
         if message.get("channel") is None:  # a PONG

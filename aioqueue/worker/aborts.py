@@ -5,7 +5,8 @@ cancels the job's asyncio task as soon as the message arrives. A worker that mis
 message (it was reconnecting) sees the mark at its next lease renewal instead.
 
 A dead subscribed connection (a half-open cut) is found by PING (``store/channels.py``) and
-replaced: aborts come back to pub/sub speed within seconds, not never.
+replaced: aborts come back to pub/sub speed within seconds, not never. On a Redis Cluster
+the channels are sharded (``channels.Subscriber``): each is heard on the node of its queue.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from ..errors import describe
-from ..store.channels import ChannelSilent, listen
+from ..store.channels import Subscriber
+from ..store.routing import is_cluster
 from .loops import RETRY_PAUSE, Component, wait_event
 
 if TYPE_CHECKING:
@@ -51,7 +53,10 @@ class AbortListener(Component):
         return [self._run()]
 
     async def unblock(self) -> None:
-        """End the wait for a message now (one on this listener's own wake channel)."""
+        """End the wait for a message now (one on this listener's own wake channel; on a
+        Redis Cluster, sharded listening has none and checks ``stopping`` often)."""
+        if is_cluster(self._redis):
+            return
         try:
             await self._redis.publish(self._wake_channel, b"stop")
         except RedisError as exc:  # it then returns at its poll timeout
@@ -61,17 +66,18 @@ class AbortListener(Component):
         while not self.stopping.is_set():
             try:
                 await self._listen()
-            except (RedisError, ChannelSilent) as exc:  # lease renewal covers the gap
+            except (RedisError, RedisClusterException, ConnectionError) as exc:  # leases cover it
                 logger.warning("abort channel lost (%s); subscribing again", describe(exc))
                 await wait_event(self.stopping, RETRY_PAUSE)
 
     async def _listen(self) -> None:
-        pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+        subscriber = Subscriber(self._redis)
         try:
-            await pubsub.subscribe(*self._queue_of, self._wake_channel)
-            await listen(pubsub, self._heard, self.stopping.is_set, poll=self._poll)
+            wake = [] if subscriber.sharded else [self._wake_channel.encode()]  # see unblock()
+            await subscriber.subscribe([*self._queue_of, *wake])
+            await subscriber.listen(self._heard, self.stopping.is_set, poll=self._poll)
         finally:
-            await pubsub.aclose()  # type: ignore[no-untyped-call]
+            await subscriber.aclose()
 
     def _heard(self, message: dict[str, Any]) -> None:
         queue = self._queue_of.get(message["channel"])

@@ -27,7 +27,7 @@ local state = redis.call('HGET', job, 's')
 if not state then return {-1, ''} end
 if state == 'active' then
   redis.call('HSET', job, 'ab', 1)
-  redis.call('PUBLISH', abort_channel, id)
+  publish(abort_channel, id)
   return {2, state}
 end
 if state ~= 'queued' and state ~= 'scheduled' then return {0, state} end

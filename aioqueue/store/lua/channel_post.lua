@@ -16,6 +16,7 @@ its own messages. Returns the id of the first message (the others follow it), or
 the sender is not a member: then nothing is written.
 ]]
 -- @include clock
+-- @include publish
 if ARGV[2] == '1' and not redis.call('ZSCORE', KEYS[3], ARGV[1]) then return -1 end
 local now_ms = redis_clock()
 local count = #ARGV - 4
@@ -36,5 +37,5 @@ if max > 0 then
   local trimmed = redis.call('XTRIM', KEYS[2], 'MAXLEN', max)
   if trimmed > 0 then redis.call('INCRBY', KEYS[4], trimmed) end
 end
-redis.call('PUBLISH', ARGV[4], '1:*')
+publish(ARGV[4], '1:*')
 return first

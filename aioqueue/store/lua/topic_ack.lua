@@ -26,6 +26,7 @@ Returns one code per message: 1 settled, 0 lease not held.
 -- @include clock
 -- @include topic_dead
 -- @include stream_ids
+-- @include publish
 local log, retry, dead = KEYS[1], KEYS[2], KEYS[3]
 local group, consumer, lease_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local dead_max = tonumber(ARGV[4])
@@ -75,6 +76,6 @@ if #acked > 0 then redis.call('XACK', log, group, unpack(acked)) end
 processed = #acked
 if processed > 0 then
   trim_processed(log)
-  redis.call('PUBLISH', ARGV[5], '1:*')
+  publish(ARGV[5], '1:*')
 end
 return codes

@@ -2,9 +2,10 @@
 -- on the queue's settled channel, once per call, so a producer waiting in Job.result()
 -- hears of it at once instead of polling. One message per call: the ids as netstrings,
 -- `<length>:<id>` each (ids may hold any byte). An empty channel name announces nothing.
+-- @include publish
 local function announce_settled(channel, ids)
   if channel == '' or #ids == 0 then return end
   local parts = {}
   for i = 1, #ids do parts[i] = #ids[i] .. ':' .. ids[i] end
-  redis.call('PUBLISH', channel, table.concat(parts))
+  publish(channel, table.concat(parts))
 end

@@ -39,6 +39,7 @@ from .errors import (
     UnknownTask,
 )
 from .job import Job
+from .limits import QueueLimits
 from .messaging import ChannelInfo, Group, Mailbox, Message
 from .middleware import JobContext, current_job
 from .observers import JobEvent, Observer
@@ -98,6 +99,7 @@ __all__ = [
     "PermissionDenied",
     "Queue",
     "QueueCounts",
+    "QueueLimits",
     "ResultTimeout",
     "Retry",
     "ScheduledJob",

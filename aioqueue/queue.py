@@ -28,6 +28,7 @@ from . import enqueue
 from .enqueue import NO_OPTIONS, JobOptions
 from .errors import ConfigError
 from .job import Job
+from .limits import QueueLimits, make_limits
 from .store import heartbeats, reads, scripts, specs
 from .store.batching import EnqueueBatcher
 from .store.connection import failure
@@ -348,6 +349,31 @@ class Queue:
     async def paused(self) -> bool:
         """Whether the queue is paused."""
         return bool(await (await self._host.client()).exists(self.keys.paused))
+
+    @_clear_errors
+    async def set_limits(
+        self, *, rate: str | None = None, burst: int = 1, concurrency: int | None = None
+    ) -> QueueLimits:
+        """Limit this queue across every worker (the limits live in Redis; workers obey
+        them at their next take): at most ``concurrency`` of its jobs running at once (a
+        dead worker's count until their leases expire), and starts no faster than
+        ``rate`` (``"100/s"``, ``"20/m"``, ``"500/h"``, ``"5/10s"``), ``burst`` at once
+        after a quiet spell. Jobs held back wait in ready, in order; none is dropped or
+        retried for it. Replaces the queue's limits; no arguments lifts them all."""
+        limits = make_limits(rate=rate, burst=burst, concurrency=concurrency)
+        redis = await self._host.client()
+        async with redis.pipeline(transaction=True) as pipe:
+            pipe.delete(self.keys.limits)
+            if fields := limits.to_fields():
+                pipe.hset(self.keys.limits, mapping=fields)  # type: ignore[arg-type]
+            await pipe.execute()
+        return limits
+
+    @_clear_errors
+    async def limits(self) -> QueueLimits:
+        """The queue's limits (``set_limits``); fields are None where there is none."""
+        fields = await (await self._host.client()).hgetall(self.keys.limits)
+        return QueueLimits.from_fields(fields)
 
     @_clear_errors
     async def counts(self) -> QueueCounts:

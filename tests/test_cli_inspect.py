@@ -175,3 +175,18 @@ async def test_queue_pause_and_resume_from_the_cli(
     assert (code, out.strip()) == (0, "emails: resumed")
     assert not await producer.queue("emails").paused()
     await producer.close()
+
+
+async def test_queue_limits_from_the_cli(cli_env: dict[str, str], producer: aioqueue.App) -> None:
+    command = ["queue", "limit", TARGET, "-q", "emails", "--rate", "100/s", "--burst", "10"]
+    code, out, err = await run_cli([*command, "--concurrency", "5"], env=cli_env)
+    assert (code, out.strip()) == (0, "emails: at most 5 running, 100/s (burst 10)"), err
+    assert await producer.queue("emails").limits() == aioqueue.QueueLimits(5, 10.0, 10)
+    code, out, _ = await run_cli(["queue", "limits", TARGET, "-q", "emails"], env=cli_env)
+    assert (code, out.strip()) == (0, "emails: at most 5 running, 100/s (burst 10)")
+    code, out, err = await run_cli([*command[:5], "--rate", "fast"], env=cli_env)
+    assert code == 2 and "rate must look like" in err and "Traceback" not in err
+    code, out, _ = await run_cli(["queue", "limit", TARGET, "-q", "emails"], env=cli_env)
+    assert (code, out.strip()) == (0, "emails: no limits")
+    assert await producer.queue("emails").limits() == aioqueue.QueueLimits()
+    await producer.close()

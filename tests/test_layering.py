@@ -28,7 +28,7 @@ WORKER = 2  # a sibling of the producer side, checked apart
 EDGE = 3
 
 _CORE = {
-    "errors", "settings", "backoff", "priorities", "periodic", "middleware", "observers",
+    "errors", "settings", "backoff", "priorities", "periodic", "middleware", "observers", "limits",
     "store.keys", "store.records", "store.payload",
 }  # fmt: skip
 _PRODUCER = {"task", "enqueue", "job", "queue", "messaging", "topics"}

@@ -47,7 +47,7 @@ COMMANDS = {
     "info": "a table of the queues: counts, rates, workers (--watch to follow it)",
     "jobs": "list a queue's ready, scheduled, active or dead jobs",
     "job": "show or cancel one job",
-    "queue": "pause or resume a queue (every worker stops or starts taking its jobs)",
+    "queue": "pause or resume a queue, or limit its rate and concurrency (for every worker)",
     "dead": "list, show, requeue or purge dead jobs",
     "reconcile": "put back jobs whose queue entry vanished (after an eviction)",
     "dashboard": "serve the web dashboard (pip install 'aioqueue[web]')",
@@ -55,7 +55,7 @@ COMMANDS = {
 
 ACTIONS = {
     "dead": ["ls", "show", "requeue", "purge"], "jobs": ["ls"], "job": ["show", "cancel"],
-    "queue": ["pause", "resume"],
+    "queue": ["pause", "resume", "limit", "limits"],
 }  # fmt: skip
 
 
@@ -151,7 +151,18 @@ def _job_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _queue_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-q", "--queue", help="the queue (default: the app's default queue)")
+    add = parser.add_argument
+    add("-q", "--queue", help="the queue (default: the app's default queue)")
+    add("--rate", help="limit: starts at most, e.g. 100/s, 20/m, 500/h, 5/10s (default: none)")
+    add("--burst", type=_at_least_one, default=1, help="limit: starts at once (default: 1)")
+    add("--concurrency", type=_at_least_one, help="limit: running at once (default: none)")
+
+
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {text}")
+    return value
 
 
 def _dashboard_options(parser: argparse.ArgumentParser) -> None:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from ..app import App
+    from ..limits import QueueLimits
     from ..messaging import ChannelInfo
     from ..queue import Queue
     from ..store.records import JobInfo
@@ -161,16 +162,33 @@ async def run_job(app: App, args: argparse.Namespace) -> int:
 
 
 async def run_queue(app: App, args: argparse.Namespace) -> int:
-    """``queue pause`` and ``queue resume``."""
+    """``queue pause|resume|limit|limits``."""
     need_url(app, "queue")
     queue = app.queue(args.queue)
     if args.action == "pause":
         changed = await queue.pause()
         _say(f"{queue.name}: paused" if changed else f"{queue.name} was paused already")
-    else:
+    elif args.action == "resume":
         changed = await queue.resume()
         _say(f"{queue.name}: resumed" if changed else f"{queue.name} was not paused")
+    elif args.action == "limit":  # (no options: lifts every limit)
+        limits = await queue.set_limits(
+            rate=args.rate, burst=args.burst, concurrency=args.concurrency
+        )
+        _say(f"{queue.name}: {describe_limits(limits)}")
+    else:
+        _say(f"{queue.name}: {describe_limits(await queue.limits())}")
     return 0
+
+
+def describe_limits(limits: QueueLimits) -> str:
+    """``at most 5 running, 100/s (burst 10)``, or ``no limits``."""
+    parts = []
+    if limits.concurrency is not None:
+        parts.append(f"at most {limits.concurrency} running")
+    if limits.rate_per_second is not None:
+        parts.append(f"{limits.rate_per_second:g}/s (burst {limits.burst})")
+    return ", ".join(parts) or "no limits"
 
 
 async def run_dead(app: App, args: argparse.Namespace) -> int:

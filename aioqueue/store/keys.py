@@ -15,6 +15,9 @@ Roles:
   schedule:wake LIST at most one token; wakes a poller when an earlier job is scheduled
   active      ZSET  job id -> lease deadline (ms, Redis clock)
   dead        ZSET  job id -> time it was buried (ms)
+  paused      STRING set while the queue is paused: take.lua leases nothing
+  limits      HASH  flow control: c (most jobs leased at once), i (ms between starts), b (burst)
+  rate        STRING the rate limit's theoretical arrival time (ms), kept by take.lua
   job:<id>    HASH  the job record (fields: see records.py)
   done:<w>:<g>:<s> HASH completed jobs that returned nothing, id -> "": no record each (a
               key costs ~190 B however small) but a field in one of DONE_SLOTS small
@@ -130,6 +133,16 @@ class QueueKeys:
     def paused(self) -> str:
         """STRING set while the queue is paused (take.lua takes nothing)."""
         return f"{self.base}:paused"
+
+    @property
+    def limits(self) -> str:
+        """HASH of the queue's limits (concurrency, rate), obeyed by take.lua."""
+        return f"{self.base}:limits"
+
+    @property
+    def rate(self) -> str:
+        """STRING: the rate limit's theoretical arrival time (take.lua's GCRA)."""
+        return f"{self.base}:rate"
 
     @property
     def abort_channel(self) -> str:

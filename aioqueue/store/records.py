@@ -253,12 +253,17 @@ class Promoted:
         return (self.next_due_ms * 1000 - self.now_us) / 1_000_000
 
 
+HELD_BY_CONCURRENCY = -1  # TakeResult.held: as many jobs are leased as the queue allows
+
+
 @dataclass(frozen=True, slots=True)
 class TakeResult:
     """The jobs one take call leased, and what it promoted first (nothing unless asked)."""
 
     jobs: list[Taken]
     promoted: Promoted
+    held: int = 0  # the queue's limits kept jobs back: 0 no, HELD_BY_CONCURRENCY, or the
+    # Redis-clock ms at which its rate allows the next start
 
     @property
     def now_ms(self) -> int:

@@ -241,7 +241,7 @@ async def enqueue(
 # -- take, promote, ack --------------------------------------------------------------
 
 
-_TAKE_KEYS = 21  # as take.lua lists them
+_TAKE_KEYS = 23  # as take.lua lists them
 _TAKE_ARGC = 3 + _TAKE_KEYS + 9  # EVALSHA sha numkeys, KEYS, ARGV before the plan's pairs
 
 
@@ -251,7 +251,8 @@ def _take_head(keys: QueueKeys) -> bytes:
     (the lease's own ``taken`` list): the same for every take of the queue."""
     script_keys = [
         keys.active, keys.notify, keys.dead, keys.seq, keys.job_prefix, *keys.ready_lists(),
-        keys.schedule, keys.skips, keys.done_prefix, keys.paused, keys.taken_prefix,
+        keys.schedule, keys.skips, keys.done_prefix, keys.paused, keys.limits, keys.rate,
+        keys.taken_prefix,
     ]  # fmt: skip
     count = b"%d" % _TAKE_KEYS
     return wire.bulk(b"EVALSHA", _TAKE.sha.encode(), count, *(key.encode() for key in script_keys))
@@ -301,9 +302,9 @@ async def take(
     [reply] = await lines_for(redis).send(keys.base, _TAKE, [command])
     jobs = [
         Taken(reply[i], reply[i + 1], int(reply[i + 2]), int(reply[i + 3]), lease, reply[i + 4])
-        for i in range(3, len(reply), 5)
+        for i in range(4, len(reply), 5)
     ]
-    return TakeResult(jobs, _promoted(reply))
+    return TakeResult(jobs, _promoted(reply), held=int(reply[3]))
 
 
 def _promoted(reply: Sequence[Any]) -> Promoted:

@@ -10,6 +10,7 @@ it; the consumer never sees it again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,7 @@ from redis.exceptions import RedisError
 from ..errors import describe
 from ..priorities import planner
 from ..store import reads, scripts
+from ..store.records import HELD_BY_CONCURRENCY
 from .loops import RETRY_PAUSE, Component, ring, wait_event, wait_first
 
 if TYPE_CHECKING:
@@ -37,6 +39,7 @@ MAX_TAKE = 1000  # jobs per take call: bounds its run time inside Redis
 TAKES_IN_FLIGHT = 4  # take calls out at once: the next jobs come while the current run
 MIN_TAKE_CHUNK = 16  # with a take out, wait for this much room: smaller calls cost more
 RETRY_WAIT_MAX = 1.0  # burst mode: seconds at most between looks at retries still to come
+HELD_LOOK = 0.1  # seconds between takes while the queue's concurrency cap holds jobs back
 
 
 class QueueConsumer(Component):
@@ -65,6 +68,7 @@ class QueueConsumer(Component):
         self._forget: list[str] = []  # leases of takes whose replies were read
         self._dry_since: int | None = None  # a take came back short (acks landed at its send)
         self._failed = False  # a take failed: pause before the next
+        self._held: TakeResult | None = None  # a take the queue's limits held back
         self._takes_out = 0  # take calls in flight
         # One take at a time until one comes back full: a worker woken for one job sends
         # one call, not TAKES_IN_FLIGHT (the extra calls would only delay that job).
@@ -98,6 +102,9 @@ class QueueConsumer(Component):
         takes: set[asyncio.Task[TakeResult | None]] = set()
         loop = asyncio.get_running_loop()
         while not self.stopping.is_set():
+            if self._held is not None:  # (once the other takes are back)
+                await (self._slots.wait_change() if self._takes_out else self._wait_while_held())
+                continue
             if self._dry_since is not None or self._failed:
                 done, woken = await self._between_takes()
                 if done:
@@ -145,7 +152,9 @@ class QueueConsumer(Component):
         """Wait for room for the next take (a chunk's worth while other takes are out, any
         room when none is) and reserve it; 0 when the loop has something else to do."""
         slots = self._slots
-        while not (self.stopping.is_set() or self._failed or self._dry_since is not None):
+        while not (
+            self.stopping.is_set() or self._failed or self._dry_since is not None or self._held
+        ):
             if self._order is not None and self._order.ahead_busy(self):
                 await self._order.wait(self.stopping)
                 continue
@@ -195,7 +204,9 @@ class QueueConsumer(Component):
         self._takes_out -= 1
         self._forget.append(lease)  # its reply is here: a resend can no longer happen
         self._slots.size_lookahead(time.perf_counter() - started)
-        if len(result.jobs) == limit:
+        if result.held:  # not dry: the queue's limits keep the rest in ready for now
+            self._held, self._probing = result, True
+        elif len(result.jobs) == limit:
             self._probing = False  # the queue has more: pipeline the takes
         elif self._dry_since is None or landed_before < self._dry_since:
             self._dry_since = landed_before
@@ -205,6 +216,19 @@ class QueueConsumer(Component):
             self._inflight.admit(job, self._acks)
         self._slots.unreserve(limit - len(result.jobs))  # also wakes the fetch loop
         return result
+
+    async def _wait_while_held(self) -> None:
+        """The queue's limits held jobs back: wait until its rate allows the next start
+        (by the Redis clock), or, under its concurrency cap, until one of this worker's
+        jobs of the queue ends (another worker's, at the next look)."""
+        held, self._held = self._held, None
+        assert held is not None
+        if held.held != HELD_BY_CONCURRENCY:
+            await wait_event(self.stopping, (held.held * 1000 - held.promoted.now_us) / 1e6)
+            return
+        self._acks.landing.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wait_first(self._acks.landing, self.stopping), HELD_LOOK)
 
     async def _wait_for_work(self) -> bool:
         """Block until a job is announced; True if a notify token was consumed."""

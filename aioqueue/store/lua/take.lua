@@ -4,9 +4,15 @@ no instant at which a job exists only in a worker's memory.
 
 In four sections: (1) a resent call gets back what it took; (2) due jobs are promoted
 (promote_due, as promote.lua does; a worker's promoter calls take when a delayed job falls
-due, so the job is promoted and leased in one round trip); (3) jobs are leased by the
-caller's plan; (4) the lease records what it took, and the notify tokens of the entries
-popped are trimmed.
+due, so the job is promoted and leased in one round trip); (3) the queue's limits cap how
+many may start now, then jobs are leased by the caller's plan; (4) the lease records what
+it took, and the notify tokens of the entries popped are trimmed.
+
+Limits (the queue's limits hash, set by queue.set_limits) hold for every worker at once:
+field c caps the jobs leased at a time (the active ZSET's size: a dead worker's jobs count
+until their leases expire and reclaim takes them back); fields i and b are a rate, one
+start every i ms with bursts of up to b, kept by GCRA on the Redis clock (the rate key
+holds the theoretical arrival time, TAT, in ms). Jobs held back stay in ready, in order.
 
 The caller plans the order: it lists priority levels, each with a quota. A first pass takes
 up to each level's quota in that order; a second pass fills what is left in the same
@@ -30,8 +36,10 @@ KEYS[17]    skips     STRING ready entries of cancelled jobs; less one per entry
 KEYS[18]    done_prefix       prefix of the done hashes (include/done.lua); carries the tag
 KEYS[19]    paused    STRING set while the queue is paused: nothing is taken (promotion
                             goes on, so due jobs wait in ready for the resume)
-KEYS[20]    taken_prefix     prefix of the taken lists below; carries the queue's hash tag
-KEYS[21]    taken     LIST  ids this lease token took (expires with the lease): if the same
+KEYS[20]    limits    HASH  c (most leased at once), i (ms between starts), b (burst)
+KEYS[21]    rate      STRING the rate's TAT (ms); expires once it is in the past
+KEYS[22]    taken_prefix     prefix of the taken lists below; carries the queue's hash tag
+KEYS[23]    taken     LIST  ids this lease token took (expires with the lease): if the same
                             call comes again (a client resend after a lost reply), it gets
                             the same jobs back instead of stranding them and taking more.
                             Last, so that the keys before it are the same for every call
@@ -50,10 +58,11 @@ ARGV[9] forget    lease tokens (space-separated) of the caller's earlier takes w
 ARGV[10..] pairs  priority (0..9), quota: the plan (none needed when limit is 0). Unless it
                   lists all ten levels, the notify tokens of the levels left out are kept.
 
-Returns {now_us, promoted, next_due_ms, id_1, payload_1, attempts_1, max_attempts_1,
+Returns {now_us, promoted, next_due_ms, held, id_1, payload_1, attempts_1, max_attempts_1,
 waited_ms_1, id_2, ...}: now_us is the Redis clock in microseconds (so a promoter can sleep
 to the exact due time), next_due_ms the schedule's head after this call (-1 if empty, or
-if not promoting); waited_ms how long the job was ready before this take (since field qt,
+if not promoting); held says whether the limits kept jobs back (0: no; -1: the
+concurrency cap; else the Redis-clock ms at which the rate allows the next start); waited_ms how long the job was ready before this take (since field qt,
 else its enqueue time et; -1 if unknown), by the Redis clock.
 ]]
 -- @include clock
@@ -63,7 +72,8 @@ else its enqueue time et; -1 if unknown), by the Redis clock.
 -- @include promote_due
 local active, notify, dead, seq, job_prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local READY, schedule, skips, done_prefix = 6, KEYS[16], KEYS[17], KEYS[18]
-local paused, taken_prefix, taken_key = KEYS[19], KEYS[20], KEYS[21]
+local paused, limits_key, rate_key = KEYS[19], KEYS[20], KEYS[21]
+local taken_prefix, taken_key = KEYS[22], KEYS[23]
 local lease, lease_ms, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 if limit > 0 and redis.call('EXISTS', paused) == 1 then limit = 0 end
 local woken, result_ttl_ms = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -72,7 +82,7 @@ if limit > 0 and #ARGV < 11 then
   return redis.error_reply('take: no priority plan given (ARGV[10..])')
 end
 local now, now_us = redis_clock()
-local out = {now_us, 0, -1}
+local out = {now_us, 0, -1, 0}
 
 local function waited_ms(ready_at)
   if not ready_at then return -1 end
@@ -105,8 +115,22 @@ if promote_limit > 0 then
   out[3] = tonumber(head[2] or -1)
 end
 
--- (3) Lease by the plan: a first pass takes up to each level's quota, a second fills what
--- is left of the limit in the same order.
+-- (3) The queue's limits: how many may start now. (TAT: theoretical arrival time.)
+local limits = limit > 0 and redis.call('HMGET', limits_key, 'c', 'i', 'b') or {}
+local capped_by, interval, tat = 0, tonumber(limits[2]), now
+if limits[1] then
+  local room = math.max(0, tonumber(limits[1]) - redis.call('ZCARD', active))
+  if room < limit then limit, capped_by = room, -1 end
+end
+if interval then -- GCRA: the k-th start now is allowed while tat + (k - 1) * i <= now + tau
+  tat = math.max(tonumber(redis.call('GET', rate_key) or 0), now)
+  local burst = tonumber(limits[3] or 1)
+  local allowed = math.max(0, math.floor((now + interval * burst - tat) / interval + 1e-9))
+  if allowed < limit then limit, capped_by = allowed, 1 end
+end
+
+-- Lease by the plan: a first pass takes up to each level's quota, a second fills what is
+-- left of the limit in the same order.
 local deadline = now + lease_ms
 local taken, popped, taken_ids = 0, 0, {}
 
@@ -163,6 +187,17 @@ end
 if taken > 0 then
   redis.call('RPUSH', taken_key, unpack(taken_ids))
   redis.call('PEXPIRE', taken_key, lease_ms)
+  if interval then
+    tat = tat + taken * interval
+    redis.call('SET', rate_key, tostring(tat), 'PX', math.ceil(tat - now) + 1)
+  end
+end
+if capped_by ~= 0 and taken == limit then -- held back: there may be more ready
+  if capped_by == -1 then
+    out[4] = -1
+  else -- the next start is allowed once tat - tau <= now
+    out[4] = math.ceil(tat - interval * (tonumber(limits[3] or 1) - 1))
+  end
 end
 local every_level = (#ARGV - 9) / 2 >= 10
 if taken < limit and every_level then

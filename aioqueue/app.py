@@ -23,7 +23,7 @@ from .settings import (
     prefix_from_env,
     redis_url_from_env,
 )
-from .store.connection import Clients, describe_client, failure, make_clients
+from .store.connection import Clients, describe_client, failure, make_clients, settle_cluster
 from .store.keys import channels_registry, validate_name
 from .store.scripts import load_all
 from .store.server import warn_if_evicting
@@ -484,6 +484,7 @@ class App:
             try:  # kept only once it works: a failed first contact is tried afresh
                 await load_all(clients.internal)
                 await warn_if_evicting(clients.internal)
+                await settle_cluster(clients.shared)
             except RedisClusterException as exc:  # no node of the cluster answered
                 await clients.aclose()
                 raise ServerUnavailable(

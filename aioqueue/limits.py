@@ -37,6 +37,15 @@ class QueueLimits:
         """The rate as starts per second (None without a rate limit)."""
         return None if self.interval_ms is None else 1000.0 / self.interval_ms
 
+    def describe(self) -> str:
+        """``at most 5 running, 100/s (burst 10)``, or ``no limits``."""
+        parts = []
+        if self.concurrency is not None:
+            parts.append(f"at most {self.concurrency} running")
+        if self.rate_per_second is not None:
+            parts.append(f"{self.rate_per_second:g}/s (burst {self.burst})")
+        return ", ".join(parts) or "no limits"
+
     def to_fields(self) -> dict[str, str]:
         """The queue's limits hash, as take.lua reads it."""
         fields: dict[str, str] = {}

@@ -184,6 +184,8 @@ async def test_queue_limits_from_the_cli(cli_env: dict[str, str], producer: aioq
     assert await producer.queue("emails").limits() == aioqueue.QueueLimits(5, 10.0, 10)
     code, out, _ = await run_cli(["queue", "limits", TARGET, "-q", "emails"], env=cli_env)
     assert (code, out.strip()) == (0, "emails: at most 5 running, 100/s (burst 10)")
+    code, out, _ = await run_cli(["info", TARGET, "-q", "emails"], env=cli_env)
+    assert code == 0 and "≤5 running, 100/s" in out
     code, out, err = await run_cli([*command[:5], "--rate", "fast"], env=cli_env)
     assert code == 2 and "rate must look like" in err and "Traceback" not in err
     code, out, _ = await run_cli(["queue", "limit", TARGET, "-q", "emails"], env=cli_env)

@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from ..app import App
-    from ..limits import QueueLimits
     from ..messaging import ChannelInfo
     from ..queue import Queue
     from ..store.records import JobInfo
@@ -123,10 +122,10 @@ async def _channels(app: App) -> list[tuple[str, str, ChannelInfo]]:
 async def _snapshots(app: App, names: list[str]) -> list[QueueSnapshot]:
     async def one(name: str) -> QueueSnapshot:
         queue = app.queue(name)
-        counts, history, workers = await asyncio.gather(
-            queue.counts(), queue.history(minutes=2), queue.workers()
+        counts, history, workers, limits = await asyncio.gather(
+            queue.counts(), queue.history(minutes=2), queue.workers(), queue.limits()
         )
-        return QueueSnapshot(name, counts, history, workers)
+        return QueueSnapshot(name, counts, history, workers, limits)
 
     return list(await asyncio.gather(*(one(name) for name in names)))
 
@@ -175,20 +174,10 @@ async def run_queue(app: App, args: argparse.Namespace) -> int:
         limits = await queue.set_limits(
             rate=args.rate, burst=args.burst, concurrency=args.concurrency
         )
-        _say(f"{queue.name}: {describe_limits(limits)}")
+        _say(f"{queue.name}: {limits.describe()}")
     else:
-        _say(f"{queue.name}: {describe_limits(await queue.limits())}")
+        _say(f"{queue.name}: {(await queue.limits()).describe()}")
     return 0
-
-
-def describe_limits(limits: QueueLimits) -> str:
-    """``at most 5 running, 100/s (burst 10)``, or ``no limits``."""
-    parts = []
-    if limits.concurrency is not None:
-        parts.append(f"at most {limits.concurrency} running")
-    if limits.rate_per_second is not None:
-        parts.append(f"{limits.rate_per_second:g}/s (burst {limits.burst})")
-    return ", ".join(parts) or "no limits"
 
 
 async def run_dead(app: App, args: argparse.Namespace) -> int:

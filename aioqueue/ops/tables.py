@@ -14,6 +14,7 @@ from rich.table import Table
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from ..limits import QueueLimits
     from ..messaging import ChannelInfo
     from ..store.records import JobInfo, MinuteCounts, QueueCounts
     from ..topics import GroupInfo, TopicInfo
@@ -27,6 +28,7 @@ class QueueSnapshot:
     counts: QueueCounts
     history: Sequence[MinuteCounts]  # the last two minutes, the current one last
     workers: Sequence[dict[str, Any]]
+    limits: QueueLimits | None = None
 
     def per_second(self, field: str, now_ms: int | None = None) -> float:
         """The rate of an outcome over the last minute: this minute's count, plus the
@@ -48,8 +50,8 @@ def _count(minute: MinuteCounts, field: str) -> int:
 
 def info_table(queues: Sequence[QueueSnapshot], *, now_ms: int | None = None) -> Table:
     """Per queue: ready (by priority), scheduled, active, dead, completed and failed per
-    second over the last minute, live workers and the jobs they run; a paused queue's
-    name says so."""
+    second over the last minute, live workers and the jobs they run; a paused or limited
+    queue's name says so."""
     table = Table(title="aioqueue", title_justify="left")
     table.add_column("queue", no_wrap=True, min_width=max((len(q.name) for q in queues), default=5))
     for name in ("ready", "sched", "active", "dead", "done/s", "fail/s", "workers"):
@@ -58,7 +60,7 @@ def info_table(queues: Sequence[QueueSnapshot], *, now_ms: int | None = None) ->
         counts = queue.counts
         running = sum(int(worker.get("running", 0)) for worker in queue.workers)
         table.add_row(
-            f"{queue.name} [yellow](paused)[/yellow]" if counts.paused else queue.name,
+            _queue_name(queue),
             _ready(counts),
             str(counts.scheduled),
             str(counts.active),
@@ -68,6 +70,16 @@ def info_table(queues: Sequence[QueueSnapshot], *, now_ms: int | None = None) ->
             f"{len(queue.workers)} ({running} running)" if queue.workers else "[red]none[/red]",
         )
     return table
+
+
+def _queue_name(queue: QueueSnapshot) -> str:
+    name = f"{queue.name} [yellow](paused)[/yellow]" if queue.counts.paused else queue.name
+    limits, parts = queue.limits, []
+    if limits is not None and limits.concurrency is not None:
+        parts.append(f"≤{limits.concurrency} running")
+    if limits is not None and limits.rate_per_second is not None:
+        parts.append(f"{limits.rate_per_second:g}/s")
+    return name + (f"\n[dim]{', '.join(parts)}[/dim]" if parts else "")
 
 
 def channels_table(channels: Sequence[tuple[str, str, ChannelInfo]]) -> Table:

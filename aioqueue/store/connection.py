@@ -75,6 +75,16 @@ class Clients:
             await self.sentinel.aclose()
 
 
+async def settle_cluster(client: Redis) -> None:
+    """Read a Cluster client's slot map now, before its first uses race each other: in
+    redis-py 8.1 the first topology read recycles the connections it used while concurrent
+    first commands may hold them ('NoneType' object has no attribute 'writelines', or
+    "Connection closed by server", seen 1 in ~40 ``aioqueue info`` runs). One server: no-op."""
+    if isinstance(client, RedisCluster):
+        await client.initialize()
+        await client.ping(target_nodes=RedisCluster.PRIMARIES)  # (each node's first connection)
+
+
 def describe_client(client: Any) -> str:
     """Where a client given to the App points, as a URL-like string for messages."""
     if isinstance(client, RedisCluster):

@@ -50,6 +50,7 @@ MAX_REDIRECTS = 16  # rounds of MOVED before giving up on a call (a slot map gon
 TRY_AGAIN_PAUSE = 0.05  # seconds before resending a call refused with TRYAGAIN...
 TRY_AGAIN_FOR = 15.0  # ...and of ASK / TRYAGAIN at most this long (a migration under way:
 # while a call's keys are split, the source says ASK and the target TRYAGAIN, in turn)
+TIME_TRIES = 3  # TIME on a cluster node: a connection redis-py just recycled can fail it
 _ASKING = wire.array(1) + wire.bulk(b"ASKING")
 
 OnReply = Callable[[int, Any], None]
@@ -253,14 +254,22 @@ async def server_time(redis: Redis, key: str) -> tuple[int, int]:
     """Redis's clock (seconds, microseconds), from the server that holds ``key``: on a
     cluster, the node serving its slot (the one whose scripts time that key's jobs), not
     whichever node redis-py would pick."""
-    if is_cluster(redis):
-        cluster = cast("RedisCluster", redis)
+    if not is_cluster(redis):
+        reply = await redis.time()
+        return int(reply[0]), int(reply[1])
+    cluster = cast("RedisCluster", redis)
+    for attempt in range(TIME_TRIES):
         await cluster.initialize()
         node = cluster.get_node_from_key(key)
-        reply: Any = await cluster.execute_command("TIME", target_nodes=node)
-    else:
-        reply = await redis.time()
-    return int(reply[0]), int(reply[1])
+        try:  # redis-py does not retry a call given its node; TIME is safe to send again
+            reply = await cluster.execute_command("TIME", target_nodes=node)
+        except (RedisConnectionError, RedisTimeoutError):
+            if attempt + 1 == TIME_TRIES:
+                raise
+            await cluster.nodes_manager.initialize()  # (the node may be gone)
+            continue
+        return int(reply[0]), int(reply[1])
+    raise AssertionError("unreachable")
 
 
 _LINES: weakref.WeakKeyDictionary[Any, Lines] = weakref.WeakKeyDictionary()

@@ -30,7 +30,8 @@ class JobOptions:
 
     Checked when made, so a bad option raises where it is written: ``id`` is a non-empty
     str not starting with a reserved prefix, ``timeout`` positive (the same rule as the
-    task's), ``max_attempts`` at least 1, ``priority`` 0..9 or a name.
+    task's), ``max_attempts`` at least 1, ``priority`` 0..9 or a name, ``expires``
+    positive (seconds or a timedelta).
     """
 
     id: str | None = None
@@ -40,6 +41,7 @@ class JobOptions:
     timeout: float | None = None
     max_attempts: int | None = None
     replicas: int | None = None  # None: the App's ``replicas``
+    expires: float | timedelta | None = None  # not started this long after due: it expires
 
     def __post_init__(self) -> None:
         if self.id is not None:
@@ -59,6 +61,16 @@ class JobOptions:
             raise ConfigError("options: max_attempts must be an int of at least 1")
         if self.priority is not None:
             resolve_priority(self.priority)
+        self.expires_ms()  # (checks it)
+
+    def expires_ms(self) -> int | None:
+        expires = self.expires
+        if expires is None:
+            return None
+        seconds = expires.total_seconds() if isinstance(expires, timedelta) else expires
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
+            raise ConfigError(f"options: expires must be positive (seconds), not {expires!r}")
+        return max(1, round(seconds * 1000))
 
     def due_ms(self) -> int:
         if self.at is None:
@@ -124,7 +136,9 @@ def prepare(
             known.check_arguments(args, kwargs)
         except TypeError as exc:
             raise InvalidArguments(f"task {name!r} cannot take these arguments: {exc}") from exc
-    payload = encode_payload(name, args, kwargs, options.timeout, max_payload_bytes, headers)
+    payload = encode_payload(
+        name, args, kwargs, options.timeout, max_payload_bytes, headers, options.expires_ms()
+    )
     fresh = options.id is None
     job_id = new_job_id() if options.id is None else options.id
     if options is NO_OPTIONS:  # most enqueues: the task's defaults, nothing to resolve

@@ -10,6 +10,7 @@ AioqueueError
 │   ├── JobNotFound
 │   ├── JobFailed            from job.result(); has .error_type, .error and .traceback
 │   ├── JobCancelled
+│   ├── JobExpired           not started within its ``expires``: it never ran
 │   └── ResultTimeout        job.result(timeout=...) ran out of time
 ├── NotAMember               a group call names a member who has not joined it
 ├── UnknownTask              a worker has no handler for a job's task: the job goes dead
@@ -103,6 +104,14 @@ class JobCancelled(JobError):
 
     def __init__(self, job_id: str) -> None:
         super().__init__(job_id, "cancelled")
+
+
+class JobExpired(JobError):
+    """The job was not started within its ``expires`` (``.options(expires=...)``) after
+    it was due, so it never ran."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(job_id, "expired before it started")
 
 
 class ResultTimeout(JobError, TimeoutError):

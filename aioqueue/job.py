@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from .errors import JobCancelled, JobFailed, JobNotFound, ResultTimeout
+from .errors import JobCancelled, JobExpired, JobFailed, JobNotFound, ResultTimeout
 from .store.records import ErrorInfo, JobInfo, JobStatus
 
 if TYPE_CHECKING:
@@ -90,7 +90,8 @@ class Job(Generic[R_co]):
         ``poll_interval`` is a safety net: how often to look anyway, in case an
         announcement was lost with a connection.
 
-        Raises JobFailed (failed or dead), JobCancelled, JobNotFound, or ResultTimeout.
+        Raises JobFailed (failed or dead), JobCancelled, JobExpired, JobNotFound, or
+        ResultTimeout.
         """
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
@@ -116,5 +117,7 @@ class Job(Generic[R_co]):
             return info.result()
         if info.status is JobStatus.CANCELLED:
             raise JobCancelled(self.id)
+        if info.status is JobStatus.EXPIRED:
+            raise JobExpired(self.id)
         error = info.error or ErrorInfo("Unknown", "no error recorded", "")
         raise JobFailed(self.id, error.type, error.message, error.traceback)

@@ -26,7 +26,8 @@ logger = logging.getLogger(__name__)
 class JobEvent:
     """One attempt of a job, as an observer sees it: ``id``, ``queue``, ``task`` ("?" when
     its payload could not be decoded), ``attempt`` (1 on the first run) and ``waited``
-    (seconds it was ready before a worker took it, on the Redis clock; None if unknown).
+    (seconds it was ready before a worker took it, on the Redis clock, a delayed job's
+    from its due time; None if unknown).
 
     Built for each callback, so it is cheap: ``id``, ``attempt`` and ``waited`` are read
     from the taken job only when asked for."""

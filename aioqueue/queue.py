@@ -126,9 +126,12 @@ class EnqueueCall(Generic[R]):
         timeout: float | None = None,
         max_attempts: int | None = None,
         replicas: int | None = None,
+        expires: float | timedelta | None = None,
     ) -> EnqueueCall[R]:
         """Set per-call options: job id (deduplication), priority, delay or time, timeout,
-        and how many replicas must have the job before the enqueue returns (WAIT)."""
+        how many replicas must have the job before the enqueue returns (WAIT), and
+        ``expires``: a job not started within that long of being due (its enqueue, or its
+        delay or time) ends ``expired`` without running."""
         current = self._options
         options = JobOptions(
             id=current.id if id is None else id,
@@ -138,6 +141,7 @@ class EnqueueCall(Generic[R]):
             timeout=current.timeout if timeout is None else timeout,
             max_attempts=current.max_attempts if max_attempts is None else max_attempts,
             replicas=current.replicas if replicas is None else replicas,
+            expires=current.expires if expires is None else expires,
         )
         return EnqueueCall(self._queue, self._task, self._args, self._kwargs, options)
 

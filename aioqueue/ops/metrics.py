@@ -89,6 +89,7 @@ OUTCOMES = {  # a settlement -> its ``outcome`` label
     "bury": "dead",
     "fail": "failed",
     "abort": "cancelled",
+    "expire": "expired",
     "release": "released",
 }
 UNREGISTERED = "(unregistered)"  # the ``task`` label of names the app does not know

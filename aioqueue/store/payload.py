@@ -36,12 +36,14 @@ class Payload:
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     timeout: float | None = None  # per-call override of the task's timeout
     headers: Mapping[str, str] = field(default_factory=lambda: _NO_HEADERS)  # e.g. trace context
+    expires_ms: int | None = None  # not started this long after it was due: it expires
 
     def encode(self, max_bytes: int) -> bytes:
         """Encode for Redis; raise SerializationError or PayloadTooLarge, writing nothing."""
         return encode_payload(
-            self.task, self.args, self.kwargs, self.timeout, max_bytes, self.headers
-        )
+            self.task, self.args, self.kwargs, self.timeout, max_bytes, self.headers,
+            self.expires_ms,
+        )  # fmt: skip
 
     @classmethod
     def decode(cls, raw: bytes) -> Payload:
@@ -55,19 +57,23 @@ class Payload:
         if not isinstance(body, dict):
             raise PayloadError("payload is not a JSON object")
         task, args, kwargs = body.get("t"), body.get("a", []), body.get("k", {})
-        timeout, headers = body.get("to"), body.get("h", _NO_HEADERS)
+        timeout, headers, expires = body.get("to"), body.get("h", _NO_HEADERS), body.get("xp")
         if not isinstance(task, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
             raise PayloadError("payload lacks a task name, an args list or a kwargs object")
         if timeout is not None and (
             isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
         ):
             raise PayloadError("payload timeout is not a positive number")
+        if expires is not None and (
+            isinstance(expires, bool) or not isinstance(expires, int) or expires <= 0
+        ):
+            raise PayloadError("payload expiry is not a positive number of milliseconds")
         if headers is not _NO_HEADERS and (
             not isinstance(headers, dict)
             or not all(isinstance(value, str) for value in headers.values())
         ):
             raise PayloadError("payload headers are not an object of strings")
-        return cls(task, args, kwargs, timeout, headers)
+        return cls(task, args, kwargs, timeout, headers, expires)
 
 
 def encode_payload(
@@ -77,6 +83,7 @@ def encode_payload(
     timeout: float | None,
     max_bytes: int,
     headers: Mapping[str, str] | None = None,
+    expires_ms: int | None = None,
 ) -> bytes:
     """A Payload's bytes, without building the Payload (the enqueue path calls this)."""
     body: dict[str, Any] = {
@@ -89,6 +96,8 @@ def encode_payload(
         body["to"] = timeout
     if headers:
         body["h"] = dict(headers)
+    if expires_ms is not None:
+        body["xp"] = expires_ms
     try:
         raw = orjson.dumps(body)
     except TypeError as exc:

@@ -56,13 +56,16 @@ class JobStatus(StrEnum):
     FAILED = "failed"
     DEAD = "dead"
     CANCELLED = "cancelled"
+    EXPIRED = "expired"  # not started within its ``expires``: it never ran
 
     @property
     def finished(self) -> bool:
         return self in _FINISHED
 
 
-_FINISHED = frozenset({JobStatus.COMPLETE, JobStatus.FAILED, JobStatus.DEAD, JobStatus.CANCELLED})
+_FINISHED = frozenset(
+    {JobStatus.COMPLETE, JobStatus.FAILED, JobStatus.DEAD, JobStatus.CANCELLED, JobStatus.EXPIRED}
+)
 
 
 # -- reading records back ------------------------------------------------------------
@@ -271,7 +274,7 @@ class TakeResult:
         return self.promoted.now_ms
 
 
-Outcome = Literal["complete", "retry", "bury", "fail", "abort", "release"]
+Outcome = Literal["complete", "retry", "bury", "fail", "abort", "expire", "release"]
 
 
 @dataclass(frozen=True, slots=True)

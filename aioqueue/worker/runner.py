@@ -62,15 +62,10 @@ async def run_job(job: RunningJob, env: RunEnv) -> Settlement:
     """Run one taken job to its Settlement. A CancelledError that the handler did not
     raise itself (an abort, a shutdown) propagates: the in-flight job settles that."""
     taken = job.taken
-    payload: Payload | None = None
-    try:
-        payload = Payload.decode(taken.payload)
-        task = env.find_task(payload.task)
-        if task is None:
-            raise UnknownTask(payload.task)
-    except (PayloadError, UnknownTask) as exc:
-        _started(job, env, payload.task if payload else "?")
-        return bury(taken, type(exc).__name__, str(exc))
+    found = _find(job, env)
+    if isinstance(found, Settlement):
+        return found
+    payload, task = found
     _started(job, env, task.name)
     try:
         task.check_arguments(payload.args, payload.kwargs)
@@ -98,6 +93,23 @@ async def run_job(job: RunningJob, env: RunEnv) -> Settlement:
         elapsed = time.perf_counter() - started
         logger.debug("job %s (%s) complete in %.3fs", taken.job_id, task.name, elapsed)
     return await _ended(job, Settlement(taken.id, taken.lease, "complete", data), result)
+
+
+def _find(job: RunningJob, env: RunEnv) -> tuple[Payload, Task[..., Any]] | Settlement:
+    """The job's payload and task, or how it ends without running: expired, or buried
+    (an undecodable payload, a task this worker lacks)."""
+    taken, payload = job.taken, None
+    try:
+        payload = Payload.decode(taken.payload)
+        if _expired(taken, payload):
+            return expire(taken, payload.expires_ms)
+        task = env.find_task(payload.task)
+        if task is None:
+            raise UnknownTask(payload.task)
+    except (PayloadError, UnknownTask) as exc:
+        _started(job, env, payload.task if payload else "?")
+        return bury(taken, type(exc).__name__, str(exc))
+    return payload, task
 
 
 async def _failed(job: RunningJob, exc: BaseException) -> Settlement:
@@ -234,6 +246,18 @@ def failed(taken: Taken, task: Task[..., Any], exc: BaseException) -> Settlement
         taken.job_id, task.name, taken.attempts, describe(exc),
     )  # fmt: skip
     return Settlement(taken.id, taken.lease, "bury" if task.options.dead_letter else "fail", error)
+
+
+def _expired(taken: Taken, payload: Payload) -> bool:
+    """Not started within its ``expires`` of being due (by the Redis clock: how long the
+    take found it ready). Only a first start expires: a retry has started before."""
+    limit = payload.expires_ms
+    return limit is not None and taken.attempts == 1 and taken.waited_ms > limit
+
+
+def expire(taken: Taken, expires_ms: int | None) -> Settlement:
+    message = f"not started within {expires_ms} ms of being due (waited {taken.waited_ms} ms)"
+    return Settlement(taken.id, taken.lease, "expire", encode_error("JobExpired", message, ""))
 
 
 def bury(taken: Taken, error_type: str, message: str) -> Settlement:

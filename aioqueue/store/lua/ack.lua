@@ -32,6 +32,8 @@ ARGV[6] format         'json': ARGV[7] is one JSON array of [id, lease, outcome,
            bury      data = error JSON; move to the dead set
            fail      data = error JSON; finished in error, not dead-lettered
            abort     data = error JSON; finished as cancelled
+           expire    data = error JSON; finished as expired (it never ran: not counted
+                     in the history, which counts attempts)
            release   data unused; back to the front of ready, attempt not counted
 
 Returns one code per job: 1 settled, -2 lease not held.
@@ -52,7 +54,7 @@ local counts, finished = {}, {} -- outcome code -> n; ids of jobs that finished
 
 -- The history code of each outcome, and whether the job is finished by it.
 local CODE = {complete = 'c', retry = 'r', bury = 'd', fail = 'f', abort = 'x'}
-local FINAL = {complete = true, bury = true, fail = true, abort = true}
+local FINAL = {complete = true, bury = true, fail = true, abort = true, expire = true}
 
 local function finish(key, state, field, data)
   redis.call('HSET', key, 's', state, field, data, 'ft', now)
@@ -116,6 +118,9 @@ local function settle(id, lease, outcome, data, delay_ms)
     finish(key, 'failed', 'e', data)
   elseif outcome == 'abort' then
     finish(key, 'cancelled', 'e', data)
+  elseif outcome == 'expire' then
+    redis.call('HINCRBY', key, 'n', -1) -- it was taken, never started
+    finish(key, 'expired', 'e', data)
   else -- release: interrupted by shutdown, not the job's fault
     redis.call('HINCRBY', key, 'n', -1)
     redis.call('HSET', key, 's', 'queued', 'qt', now)

@@ -3,14 +3,23 @@
 -- wake for them: to the end of the list, or with `front` to the front (due first: ahead
 -- of the jobs already ready at their priority, still in due order among themselves). Entries whose record is no longer scheduled (cancelled) are only
 -- removed; entries that are not a job are buried. Each due job is promoted exactly once
--- however many callers race, because the whole script is atomic. Returns the count.
+-- however many callers race, because the whole script is atomic. A promoted job's ready
+-- time (qt) is its due time, not the promotion's: how long it waited (and its expiry,
+-- .options(expires=...)) counts from when it was due, even while no worker promoted it.
+-- Returns the count.
 -- @include notify
 -- @include ready
 -- @include poison
 local function promote_due(schedule, notify, dead, seq, job_prefix, ready_first, now, limit,
     front)
-  local due = redis.call('ZRANGEBYSCORE', schedule, '-inf', '(' .. (now + 1), 'LIMIT', 0, limit)
-  if #due == 0 then return 0 end
+  local found = redis.call('ZRANGEBYSCORE', schedule, '-inf', '(' .. (now + 1),
+    'WITHSCORES', 'LIMIT', 0, limit)
+  if #found == 0 then return 0 end
+  local due, due_at = {}, {}
+  for i = 1, #found, 2 do
+    local n = (i + 1) / 2
+    due[n], due_at[n] = found[i], math.floor(tonumber(found[i + 1]))
+  end
   redis.call('ZREM', schedule, unpack(due))
   local promoted = 0
   local first, last, step, push = 1, #due, 1, 'RPUSH'
@@ -22,7 +31,7 @@ local function promote_due(schedule, notify, dead, seq, job_prefix, ready_first,
     elseif not record[1] then
       bury_foreign(dead, seq, job_prefix, now, due[i], 'schedule entry has no job record')
     elseif record[1] == 'scheduled' then
-      redis.call('HSET', job_prefix .. due[i], 's', 'queued', 'qt', now)
+      redis.call('HSET', job_prefix .. due[i], 's', 'queued', 'qt', due_at[i])
       redis.call(push, ready_key(ready_first, record[2]), due[i])
       promoted = promoted + 1
     end

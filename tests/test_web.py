@@ -300,6 +300,27 @@ async def test_purge_cancel_and_the_bulk_actions(
     assert "Nothing was cancelled" in (await client.get(again.headers["location"])).text
 
 
+async def test_a_queue_is_paused_and_resumed_from_its_page_which_shows_its_limits(
+    app: aioqueue.App, client: httpx.AsyncClient
+) -> None:
+    queue = app.queue("emails")
+    await queue.set_limits(rate="100/s", burst=10, concurrency=5)
+    page = (await client.get("/queue/emails")).text
+    assert 'data-paused="false"' in page and 'data-action="pause"' in page
+    assert "Limits: at most 5 running, 100/s (burst 10)" in page
+    paused = await post(client, "/queue/emails", "pause", {"queue": "emails"})
+    assert paused.headers["location"] == "/queue/emails?page=1&done=pause&n=1"
+    assert await queue.paused()
+    page = (await client.get(paused.headers["location"])).text
+    assert "Paused: workers take none" in page and 'data-action="resume"' in page
+    overview = (await client.get("/")).text
+    assert re.search(r'data-queue="emails">.*?status-paused', overview, re.S)
+    resumed = await post(client, "/queue/emails", "resume", {"queue": "emails"})
+    assert "done=resume&n=1" in resumed.headers["location"] and not await queue.paused()
+    again = await post(client, "/queue/emails", "resume", {"queue": "emails"})
+    assert "The queue was not paused." in (await client.get(again.headers["location"])).text
+
+
 async def test_actions_are_refused_while_they_are_off(app: aioqueue.App, tasks: Any) -> None:
     job_id = await dead_job(app, tasks)
     async with client_for(create_dashboard(app)) as http:

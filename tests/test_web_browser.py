@@ -200,6 +200,39 @@ async def test_the_dashboard_shows_jobs_live_and_requeues_a_dead_one(
         await page.close()
 
 
+async def test_a_queue_is_paused_and_resumed_in_the_browser(
+    app: aioqueue.App, browser: Browser, artifacts: Path, console_errors: list[str]
+) -> None:
+    """The queue page says whether workers take its jobs and what limits it; Pause asks
+    first (the browser's confirm), then every worker leaves the queue alone."""
+    ran: list[int] = []
+
+    @app.task(queue="web")
+    async def work(n: int) -> None:
+        ran.append(n)
+
+    queue = app.queue("web")
+    await queue.set_limits(rate="50/s", burst=5, concurrency=3)
+    async with app.worker(queues=["web"]), serving(mounted(app, actions=True)) as url:
+        page = await open_page(browser, console_errors, viewport={"width": 1280, "height": 700})
+        page.on("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))
+        await page.goto(f"{url}{MOUNT}/queue/web")
+        state = page.locator(".queue-state")
+        await expect(state).to_contain_text("taking jobs")
+        await expect(state).to_contain_text("Limits: at most 3 running, 50/s (burst 5)")
+        await state.get_by_role("button", name="Pause").click()
+        await expect(page.locator(".notice")).to_contain_text("Paused", timeout=WAIT_MS)
+        await expect(state).to_contain_text("paused")
+        assert await queue.paused()
+        job = await work.enqueue(1)
+        await page.screenshot(path=artifacts / "browser-paused.png", full_page=True)
+        await state.get_by_role("button", name="Resume").click()
+        await expect(page.locator(".notice")).to_contain_text("Resumed", timeout=WAIT_MS)
+        await job.result(timeout=10)  # taken once resumed
+        assert ran == [1] and not await queue.paused()
+        await page.close()
+
+
 async def _has_workers(queue: aioqueue.Queue) -> bool:
     return bool(await queue.workers())
 

@@ -37,7 +37,7 @@ HERE = Path(__file__).parent
 PAGE_SIZE = 25
 MAX_FORM_BYTES = 256 * 1024
 BULK_BATCH = 1000  # dead jobs per script call of "requeue all" / "purge all"
-ACTIONS = ("cancel", "requeue", "purge", "requeue-all", "purge-all")
+ACTIONS = ("cancel", "requeue", "purge", "requeue-all", "purge-all", "pause", "resume")
 HEADERS = {
     "Cache-Control": "no-store",
     "Content-Security-Policy": (
@@ -227,7 +227,8 @@ class _Dashboard:
     # -- actions ---------------------------------------------------------------------------
 
     async def action(self, request: Request) -> Response:
-        """Cancel, requeue or purge, then go back to the page the form was on."""
+        """Cancel, requeue or purge jobs, or pause or resume a queue, then go back to the
+        page the form was on."""
         if not self.actions:
             return self.error(request, 403, "Actions are off", "this dashboard is read-only")
         if not await guard.authorized(self.authorize, request):
@@ -269,7 +270,9 @@ class _Dashboard:
 
 
 async def _act(queue: Queue, action: str, ids: Sequence[str]) -> int:
-    """Run one action; how many jobs it changed."""
+    """Run one action; how many jobs it changed (pause, resume: 1 if the queue changed)."""
+    if action in ("pause", "resume"):
+        return int(await (queue.pause() if action == "pause" else queue.resume()))
     if action == "cancel":
         return sum([await queue.cancel(job_id) for job_id in ids])
     if action == "requeue":

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..limits import QueueLimits
 from .chart import Chart, merge, throughput
 
 if TYPE_CHECKING:
@@ -92,6 +93,7 @@ class Listing:
     first: int  # 1-based position of the first row shown
     chart: Chart
     due: dict[str, int] = field(default_factory=dict)  # scheduled jobs: due time, epoch ms
+    limits: QueueLimits = field(default_factory=QueueLimits)  # the queue's set_limits
 
     @property
     def total(self) -> int:
@@ -103,10 +105,11 @@ async def listing(queue: Queue, state: State, page: int, page_size: int) -> List
     every state for the tabs and the queue's chart."""
     offset = (page - 1) * page_size
     due: dict[str, int] = {}
-    counts, jobs, history = await asyncio.gather(
+    counts, jobs, history, limits = await asyncio.gather(
         queue.counts(),
         queue.jobs(state, limit=page_size, offset=offset),
         queue.history(minutes=HISTORY_MINUTES),
+        queue.limits(),
     )
     if state == "scheduled":
         entries = await queue.scheduled(limit=page_size, offset=offset)
@@ -114,7 +117,7 @@ async def listing(queue: Queue, state: State, page: int, page_size: int) -> List
     total = int(getattr(counts, state))
     pages = max(1, math.ceil(total / page_size))
     return Listing(
-        queue.name, state, counts, jobs, page, pages, offset + 1, throughput(history), due
+        queue.name, state, counts, jobs, page, pages, offset + 1, throughput(history), due, limits
     )
 
 

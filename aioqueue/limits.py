@@ -51,18 +51,18 @@ class QueueLimits:
         fields: dict[str, str] = {}
         if self.concurrency is not None:
             fields["c"] = str(self.concurrency)
-        if self.interval_ms is not None:
-            fields["i"] = repr(self.interval_ms)
+        if self.interval_ms is not None:  # whole microseconds: take.lua's GCRA is exact so
+            fields["u"] = str(max(1, round(self.interval_ms * 1000)))
             fields["b"] = str(self.burst)
         return fields
 
     @classmethod
     def from_fields(cls, fields: Mapping[Any, Any]) -> QueueLimits:
         """The limits a hash read from Redis holds (bytes keys and values)."""
-        concurrency, interval = fields.get(b"c"), fields.get(b"i")
+        concurrency, interval_us = fields.get(b"c"), fields.get(b"u")
         return cls(
             concurrency=None if concurrency is None else int(concurrency),
-            interval_ms=None if interval is None else float(interval),
+            interval_ms=None if interval_us is None else int(interval_us) / 1000,
             burst=int(fields.get(b"b", b"1")),
         )
 

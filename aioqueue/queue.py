@@ -363,11 +363,12 @@ class Queue:
         dead worker's count until their leases expire), and starts no faster than
         ``rate`` (``"100/s"``, ``"20/m"``, ``"500/h"``, ``"5/10s"``), ``burst`` at once
         after a quiet spell. Jobs held back wait in ready, in order; none is dropped or
-        retried for it. Replaces the queue's limits; no arguments lifts them all."""
+        retried for it. Replaces the queue's limits; no arguments lifts them all. Workers
+        held back by the old limits see the new ones within a second."""
         limits = make_limits(rate=rate, burst=burst, concurrency=concurrency)
         redis = await self._host.client()
         async with redis.pipeline(transaction=True) as pipe:
-            pipe.delete(self.keys.limits)
+            pipe.delete(self.keys.limits, self.keys.rate)  # (a new rate starts afresh)
             if fields := limits.to_fields():
                 pipe.hset(self.keys.limits, mapping=fields)  # type: ignore[arg-type]
             await pipe.execute()

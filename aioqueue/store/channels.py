@@ -79,10 +79,17 @@ class Subscriber:
         self._pubsubs: dict[str, PubSub] = {}  # node name ("" on one server) -> its pubsub
         self._pools: dict[str, ConnectionPool] = {}  # cluster: node name -> a pool of its own
         self._listening = False
+        # Held while subscribing, closing, and deciding what to listen on: a connection
+        # being made is never listened on (or closed) before it is ready.
+        self._lock = asyncio.Lock()
 
     async def subscribe(self, channels: Sequence[bytes]) -> bool:
         """Subscribe to ``channels``; False when one needs a node this round has no
         connection to (while listening: end the round and start another)."""
+        async with self._lock:
+            return await self._subscribe(channels)
+
+    async def _subscribe(self, channels: Sequence[bytes]) -> bool:
         if not self.sharded:
             pubsub = self._pubsubs.get("") or self._pubsubs.setdefault("", self._redis.pubsub())
             await pubsub.subscribe(*channels)
@@ -114,7 +121,9 @@ class Subscriber:
     ) -> None:
         """``listen`` on every connection of this round until ``stopping()`` holds or one
         of them fails (then the others stop too and the failure is raised)."""
-        self._listening = True
+        async with self._lock:
+            self._listening = True
+            pubsubs = list(self._pubsubs.values())
         if self.sharded:
             poll = min(poll, SHARDED_POLL)
         failed: list[BaseException] = []
@@ -128,13 +137,14 @@ class Subscriber:
             except Exception as exc:
                 failed.append(exc)
 
-        await asyncio.gather(*(one(pubsub) for pubsub in self._pubsubs.values()))
+        await asyncio.gather(*(one(pubsub) for pubsub in pubsubs))
         if failed:
             raise failed[0]
 
     async def aclose(self) -> None:
-        pubsubs, self._pubsubs = list(self._pubsubs.values()), {}
-        pools, self._pools = list(self._pools.values()), {}
+        async with self._lock:
+            pubsubs, self._pubsubs = list(self._pubsubs.values()), {}
+            pools, self._pools = list(self._pools.values()), {}
         for pubsub in pubsubs:
             with contextlib.suppress(RedisError, OSError):
                 await pubsub.aclose()  # type: ignore[no-untyped-call]

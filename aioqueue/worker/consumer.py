@@ -40,6 +40,7 @@ TAKES_IN_FLIGHT = 4  # take calls out at once: the next jobs come while the curr
 MIN_TAKE_CHUNK = 16  # with a take out, wait for this much room: smaller calls cost more
 RETRY_WAIT_MAX = 1.0  # burst mode: seconds at most between looks at retries still to come
 HELD_LOOK = 0.1  # seconds between takes while the queue's concurrency cap holds jobs back
+HELD_SLEEP = (0.001, 1.0)  # a rate's hold: sleep at least, at most (new limits are seen)
 
 
 class QueueConsumer(Component):
@@ -204,13 +205,15 @@ class QueueConsumer(Component):
         self._takes_out -= 1
         self._forget.append(lease)  # its reply is here: a resend can no longer happen
         self._slots.size_lookahead(time.perf_counter() - started)
-        if result.held:  # not dry: the queue's limits keep the rest in ready for now
+        if result.held:  # the queue's limits keep the rest in ready for now
             self._held, self._probing = result, True
         elif len(result.jobs) == limit:
             self._probing = False  # the queue has more: pipeline the takes
         elif self._dry_since is None or landed_before < self._dry_since:
             self._dry_since = landed_before
-        if result.jobs:
+        if result.held:  # for a strict queue order, the queues after it may take meanwhile
+            self._set_dry(True)
+        elif result.jobs:
             self._set_dry(False)
         for job in result.jobs:  # first: their tasks then run before the fetch loop's next call
             self._inflight.admit(job, self._acks)
@@ -224,7 +227,8 @@ class QueueConsumer(Component):
         held, self._held = self._held, None
         assert held is not None
         if held.held != HELD_BY_CONCURRENCY:
-            await wait_event(self.stopping, (held.held * 1000 - held.promoted.now_us) / 1e6)
+            until = (held.held * 1000 - held.promoted.now_us) / 1e6
+            await wait_event(self.stopping, min(max(until, HELD_SLEEP[0]), HELD_SLEEP[1]))
             return
         self._acks.landing.clear()
         with contextlib.suppress(TimeoutError):

@@ -10,9 +10,11 @@ it took, and the notify tokens of the entries popped are trimmed.
 
 Limits (the queue's limits hash, set by queue.set_limits) hold for every worker at once:
 field c caps the jobs leased at a time (the active ZSET's size: a dead worker's jobs count
-until their leases expire and reclaim takes them back); fields i and b are a rate, one
-start every i ms with bursts of up to b, kept by GCRA on the Redis clock (the rate key
-holds the theoretical arrival time, TAT, in ms). Jobs held back stay in ready, in order.
+until their leases expire and reclaim takes them back); fields u and b are a rate, one
+start every u microseconds with bursts of up to b, kept by GCRA on the Redis clock (the
+rate key holds the theoretical arrival time, TAT). All in whole microseconds: exact in a
+double (epoch ms with fractions lost a few 1e-4 ms, enough to refuse every start of a
+"3/s" limit). Jobs held back stay in ready, in order.
 
 The caller plans the order: it lists priority levels, each with a quota. A first pass takes
 up to each level's quota in that order; a second pass fills what is left in the same
@@ -36,8 +38,8 @@ KEYS[17]    skips     STRING ready entries of cancelled jobs; less one per entry
 KEYS[18]    done_prefix       prefix of the done hashes (include/done.lua); carries the tag
 KEYS[19]    paused    STRING set while the queue is paused: nothing is taken (promotion
                             goes on, so due jobs wait in ready for the resume)
-KEYS[20]    limits    HASH  c (most leased at once), i (ms between starts), b (burst)
-KEYS[21]    rate      STRING the rate's TAT (ms); expires once it is in the past
+KEYS[20]    limits    HASH  c (most leased at once), u (microseconds between starts), b (burst)
+KEYS[21]    rate      STRING the rate's TAT (epoch microseconds); expires once it is past
 KEYS[22]    taken_prefix     prefix of the taken lists below; carries the queue's hash tag
 KEYS[23]    taken     LIST  ids this lease token took (expires with the lease): if the same
                             call comes again (a client resend after a lost reply), it gets
@@ -61,9 +63,10 @@ ARGV[10..] pairs  priority (0..9), quota: the plan (none needed when limit is 0)
 Returns {now_us, promoted, next_due_ms, held, id_1, payload_1, attempts_1, max_attempts_1,
 waited_ms_1, id_2, ...}: now_us is the Redis clock in microseconds (so a promoter can sleep
 to the exact due time), next_due_ms the schedule's head after this call (-1 if empty, or
-if not promoting); held says whether the limits kept jobs back (0: no; -1: the
-concurrency cap; else the Redis-clock ms at which the rate allows the next start); waited_ms how long the job was ready before this take (since field qt,
-else its enqueue time et; -1 if unknown), by the Redis clock.
+if not promoting); held says whether the limits kept back jobs that are still ready (0: no;
+-1: the concurrency cap; else the Redis-clock ms at which the rate allows the next start);
+waited_ms how long the job was ready before this take (since field qt, else its enqueue
+time et; -1 if unknown), by the Redis clock.
 ]]
 -- @include clock
 -- @include done
@@ -116,16 +119,16 @@ if promote_limit > 0 then
 end
 
 -- (3) The queue's limits: how many may start now. (TAT: theoretical arrival time.)
-local limits = limit > 0 and redis.call('HMGET', limits_key, 'c', 'i', 'b') or {}
-local capped_by, interval, tat = 0, tonumber(limits[2]), now
+local limits = limit > 0 and redis.call('HMGET', limits_key, 'c', 'u', 'b') or {}
+local capped_by, interval, burst, tat = 0, tonumber(limits[2]), tonumber(limits[3] or 1), now_us
 if limits[1] then
   local room = math.max(0, tonumber(limits[1]) - redis.call('ZCARD', active))
   if room < limit then limit, capped_by = room, -1 end
 end
-if interval then -- GCRA: the k-th start now is allowed while tat + (k - 1) * i <= now + tau
-  tat = math.max(tonumber(redis.call('GET', rate_key) or 0), now)
-  local burst = tonumber(limits[3] or 1)
-  local allowed = math.max(0, math.floor((now + interval * burst - tat) / interval + 1e-9))
+if interval then -- GCRA: the k-th start now is allowed while tat + (k - 1) * u <= now + tau,
+  -- tau = (burst - 1) * u
+  tat = math.max(tonumber(redis.call('GET', rate_key) or 0), now_us)
+  local allowed = math.max(0, math.floor((now_us + interval * burst - tat) / interval))
   if allowed < limit then limit, capped_by = allowed, 1 end
 end
 
@@ -189,14 +192,8 @@ if taken > 0 then
   redis.call('PEXPIRE', taken_key, lease_ms)
   if interval then
     tat = tat + taken * interval
-    redis.call('SET', rate_key, tostring(tat), 'PX', math.ceil(tat - now) + 1)
-  end
-end
-if capped_by ~= 0 and taken == limit then -- held back: there may be more ready
-  if capped_by == -1 then
-    out[4] = -1
-  else -- the next start is allowed once tat - tau <= now
-    out[4] = math.ceil(tat - interval * (tonumber(limits[3] or 1) - 1))
+    local ttl_ms = math.ceil((tat - now_us) / 1000) + 1
+    redis.call('SET', rate_key, string.format('%.0f', tat), 'PX', ttl_ms)
   end
 end
 local every_level = (#ARGV - 9) / 2 >= 10
@@ -204,5 +201,13 @@ if taken < limit and every_level then
   redis.call('DEL', notify) -- every ready list is empty now
 elseif popped > woken then
   redis.call('LTRIM', notify, popped - woken, -1)
+end
+-- Held back, with jobs still ready (their notify tokens are left): say until when.
+if capped_by ~= 0 and taken == limit and redis.call('LLEN', notify) > 0 then
+  if capped_by == -1 then
+    out[4] = -1
+  else -- the next start is allowed once tat - tau <= now
+    out[4] = math.ceil((tat - interval * (burst - 1)) / 1000)
+  end
 end
 return out

@@ -4,6 +4,7 @@ nothing)."""
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
 
-RESERVED_ID_PREFIXES = ("poison-", "periodic:")
+RESERVED_ID_PREFIXES = ("poison-", "periodic:", "debounce:")
 """Ids aioqueue mints start so (buried foreign entries, periodic ticks): a caller's may not."""
 
 
@@ -31,7 +32,8 @@ class JobOptions:
     Checked when made, so a bad option raises where it is written: ``id`` is a non-empty
     str not starting with a reserved prefix, ``timeout`` positive (the same rule as the
     task's), ``max_attempts`` at least 1, ``priority`` 0..9 or a name, ``expires``
-    positive (seconds or a timedelta).
+    positive (seconds or a timedelta), ``debounce`` positive and only with an ``id`` (its
+    key) and no ``delay`` or ``at`` (the window is the delay).
     """
 
     id: str | None = None
@@ -42,6 +44,7 @@ class JobOptions:
     max_attempts: int | None = None
     replicas: int | None = None  # None: the App's ``replicas``
     expires: float | timedelta | None = None  # not started this long after due: it expires
+    debounce: float | timedelta | None = None  # one run, this long after the last call
 
     def __post_init__(self) -> None:
         if self.id is not None:
@@ -62,14 +65,29 @@ class JobOptions:
         if self.priority is not None:
             resolve_priority(self.priority)
         self.expires_ms()  # (checks it)
+        if self.debounce is not None:
+            self.debounce_ms()
+
+    def debounce_ms(self) -> int | None:
+        if self.debounce is None:
+            return None
+        seconds = _seconds(self.debounce)
+        if not seconds > 0:
+            raise ConfigError(
+                f"options: debounce must be positive (seconds), not {self.debounce!r}"
+            )
+        if self.id is None:
+            raise ConfigError("options: debounce needs an id (the calls to collapse share it)")
+        if self.delay is not None or self.at is not None:
+            raise ConfigError("options: debounce is the delay: leave out delay and at")
+        return max(1, round(seconds * 1000))
 
     def expires_ms(self) -> int | None:
-        expires = self.expires
-        if expires is None:
+        if self.expires is None:
             return None
-        seconds = expires.total_seconds() if isinstance(expires, timedelta) else expires
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
-            raise ConfigError(f"options: expires must be positive (seconds), not {expires!r}")
+        seconds = _seconds(self.expires)
+        if not seconds > 0:
+            raise ConfigError(f"options: expires must be positive (seconds), not {self.expires!r}")
         return max(1, round(seconds * 1000))
 
     def due_ms(self) -> int:
@@ -89,6 +107,14 @@ class JobOptions:
 
 
 NO_OPTIONS = JobOptions()  # shared by every call that sets none (it is frozen)
+
+
+def _seconds(value: object) -> float:
+    """Seconds from a number or a timedelta; NaN (never positive) for anything else."""
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        return math.nan
+    return float(seconds)
 
 
 _VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}

@@ -127,11 +127,14 @@ class EnqueueCall(Generic[R]):
         max_attempts: int | None = None,
         replicas: int | None = None,
         expires: float | timedelta | None = None,
+        debounce: float | timedelta | None = None,
     ) -> EnqueueCall[R]:
         """Set per-call options: job id (deduplication), priority, delay or time, timeout,
         how many replicas must have the job before the enqueue returns (WAIT), and
         ``expires``: a job not started within that long of being due (its enqueue, or its
-        delay or time) ends ``expired`` without running."""
+        delay or time) ends ``expired`` without running; ``debounce``: calls with the same
+        ``id`` collapse into one run, that long after the last of them, with its arguments
+        (the returned job's id is the run's, ``debounce:<id>:<n>``)."""
         current = self._options
         options = JobOptions(
             id=current.id if id is None else id,
@@ -142,6 +145,7 @@ class EnqueueCall(Generic[R]):
             max_attempts=current.max_attempts if max_attempts is None else max_attempts,
             replicas=current.replicas if replicas is None else replicas,
             expires=current.expires if expires is None else expires,
+            debounce=current.debounce if debounce is None else debounce,
         )
         return EnqueueCall(self._queue, self._task, self._args, self._kwargs, options)
 
@@ -193,6 +197,9 @@ class Queue:
         Every call is validated and encoded first (an error writes nothing); then all go
         to Redis in one round trip, in script calls of up to 1,000 jobs, in order.
         """
+        calls = list(calls)
+        if any(call._options.debounce is not None for call in calls):
+            raise ConfigError("enqueue_many takes no debounced calls: await each one")
         with contextlib.ExitStack() as stack:
             observed = stack if self._host.observers else None
             new = [call._prepare_for(self, observed) for call in calls]
@@ -213,11 +220,25 @@ class Queue:
         kwargs: Mapping[str, Any],
         options: JobOptions,
     ) -> Job[R]:
+        write = (
+            self._write if options.debounce is None else functools.partial(self._debounce, options)
+        )
         if self._host.observers:
             with contextlib.ExitStack() as stack:
                 headers = self._observe(stack, task)
-                return await self._write(self._prepare(task, args, kwargs, options, headers))
-        return await self._write(self._prepare(task, args, kwargs, options))
+                return await write(self._prepare(task, args, kwargs, options, headers))
+        return await write(self._prepare(task, args, kwargs, options))
+
+    async def _debounce(self, options: JobOptions, new: NewJob) -> Job[Any]:
+        """A debounced call: the pending run of its key takes these arguments and starts
+        a window from now, or a new run is scheduled (``debounce.lua``). Safe to repeat."""
+        key, window_ms = options.id or "", options.debounce_ms() or 0
+        try:
+            redis = await self._host.internal_client()
+            job_id, state = await scripts.debounce(redis, self.keys, key, new, window_ms=window_ms)
+        except RedisError as exc:
+            raise self._failure(exc, [key]) from exc
+        return Job(self, job_id, created=state == "scheduled")
 
     async def _write(self, new: NewJob) -> Job[Any]:
         try:

@@ -17,7 +17,8 @@ Roles:
   dead        ZSET  job id -> time it was buried (ms)
   paused      STRING set while the queue is paused: take.lua leases nothing
   limits      HASH  flow control: c (most jobs leased at once), i (ms between starts), b (burst)
-  rate        STRING the rate limit's theoretical arrival time (ms), kept by take.lua
+  rate        STRING the rate limit's theoretical arrival time (µs), kept by take.lua
+  debounce    HASH  debounce key -> id of its latest run (debounce.lua)
   job:<id>    HASH  the job record (fields: see records.py)
   done:<w>:<g>:<s> HASH completed jobs that returned nothing, id -> "": no record each (a
               key costs ~190 B however small) but a field in one of DONE_SLOTS small
@@ -138,6 +139,11 @@ class QueueKeys:
     def limits(self) -> str:
         """HASH of the queue's limits (concurrency, rate), obeyed by take.lua."""
         return f"{self.base}:limits"
+
+    @property
+    def debounce(self) -> str:
+        """HASH: debounce key -> the id of its latest run (``.options(debounce=...)``)."""
+        return f"{self.base}:debounce"
 
     @property
     def rate(self) -> str:

@@ -62,12 +62,13 @@ _TOPIC_PUBLISH = Script("topic_publish")
 _TOPIC_ACK = Script("topic_ack")
 _TOPIC_RECLAIM = Script("topic_reclaim")
 _TOPIC_EXTEND = Script("topic_extend")
+_DEBOUNCE = Script("debounce")
 
 ALL_SCRIPTS = (
     _ENQUEUE, _TAKE, _PROMOTE, _ACK, _RECLAIM, _EXTEND, _CANCEL, _REQUEUE, _PURGE,
     _RESCHEDULE, _TRIM_DEAD, _RECONCILE, _PROGRESS, _CHANNEL_POST, _CHANNEL_COMMIT,
     _CHANNEL_JOIN, _CHANNEL_LEAVE, _RESUME, _TOPIC_PUBLISH, _TOPIC_ACK, _TOPIC_RECLAIM,
-    _TOPIC_EXTEND,
+    _TOPIC_EXTEND, _DEBOUNCE,
 )  # fmt: skip
 
 
@@ -434,6 +435,19 @@ async def progress(redis: Redis, keys: QueueKeys, taken: Taken, value: bytes) ->
     """Record a running job's progress (JSON); False if its lease is no longer held."""
     key = keys.job_prefix.encode() + taken.id  # the id as bytes: it need not be UTF-8
     return bool(await _PROGRESS(redis, [key], [taken.lease, value]))
+
+
+async def debounce(
+    redis: Redis, keys: QueueKeys, key: str, job: NewJob, *, window_ms: int
+) -> tuple[str, str]:
+    """Schedule ``job`` (its id unused) as the run of debounce ``key`` that starts
+    ``window_ms`` after the last call; (the run's id, "scheduled" or "debounced")."""
+    job_id, state = await _DEBOUNCE(
+        redis,
+        [keys.schedule, keys.schedule_wake, keys.job_prefix, keys.debounce, keys.seq],
+        [key, job.payload, job.priority, job.max_attempts, window_ms],
+    )
+    return _text(job_id), _text(state)
 
 
 async def reschedule(

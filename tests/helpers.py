@@ -90,3 +90,9 @@ def collect_leaked_sockets() -> list[str]:
 def leaks_outside(leaked: list[str], ports: set[int]) -> list[str]:
     """The leaked sockets (see ``collect_leaked_sockets``) whose peer is not one of ``ports``."""
     return [text for text in leaked if not any(f", {port})" in text for port in ports)]
+
+
+async def redis_ms(redis: Any) -> int:
+    """The Redis clock, in epoch milliseconds (tests that wait on it, not on this host's)."""
+    seconds, micros = await redis.time()
+    return int(seconds) * 1000 + int(micros) // 1000

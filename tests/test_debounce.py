@@ -8,12 +8,7 @@ import pytest
 from redis.asyncio import Redis
 
 import aioqueue
-from tests.helpers import now, wait_until
-
-
-async def _redis_ms(redis: Redis) -> int:
-    seconds, micros = await redis.time()
-    return int(seconds) * 1000 + int(micros) // 1000
+from tests.helpers import now, redis_ms, wait_until
 
 
 async def test_calls_within_the_window_collapse_into_one_run_with_the_last_arguments(
@@ -31,7 +26,7 @@ async def test_calls_within_the_window_collapse_into_one_run_with_the_last_argum
 
     async with app.worker():
         first, second = await call(1), await call(2)
-        before_last = await _redis_ms(redis)
+        before_last = await redis_ms(redis)
         third = await call(3)
         assert first.id == second.id == third.id == "debounce:user-42:1"
         assert [first.created, second.created, third.created] == [True, False, False]

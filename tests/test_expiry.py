@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 
 import aioqueue
 from aioqueue.store.payload import Payload
-from tests.helpers import run_until_idle, wait_until
+from tests.helpers import redis_ms, run_until_idle, wait_until
 
 
 @pytest.mark.parametrize("bad", [0, -1, True, "5", float("nan"), timedelta(0)])
@@ -30,16 +30,11 @@ def test_a_payload_with_a_bad_expiry_is_a_payload_error() -> None:
     assert Payload.decode(b'{"t":"x","xp":250}').expires_ms == 250
 
 
-async def _redis_ms(redis: Redis) -> int:
-    seconds, micros = await redis.time()
-    return int(seconds) * 1000 + int(micros) // 1000
-
-
 async def _past(redis: Redis, start_ms: int, ms: int) -> None:
     """Wait until ``ms`` have passed on the Redis clock since ``start_ms``."""
 
     async def passed() -> bool:
-        return await _redis_ms(redis) - start_ms > ms
+        return await redis_ms(redis) - start_ms > ms
 
     await wait_until(passed, timeout=10)
 
@@ -53,7 +48,7 @@ async def test_a_job_not_started_in_time_expires_and_never_runs(
     async def work(name: str) -> None:
         ran.append(name)
 
-    start = await _redis_ms(redis)
+    start = await redis_ms(redis)
     late = await work.enqueue("late").options(expires=0.2)
     kept = await work.enqueue("kept").options(expires=timedelta(minutes=5))
     plain = await work.enqueue("plain")
@@ -79,7 +74,7 @@ async def test_a_delayed_job_expires_from_its_due_time(app: aioqueue.App, redis:
     async def work(name: str) -> None:
         ran.append(name)
 
-    start = await _redis_ms(redis)
+    start = await redis_ms(redis)
     on_time = await work.enqueue("on time").options(delay=0.3, expires=60)
     missed = await work.enqueue("missed").options(delay=0.1, expires=0.2)
     await _past(redis, start, 450)  # the second was due at 100 ms: 350 ms ago, no worker

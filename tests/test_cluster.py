@@ -356,10 +356,7 @@ async def test_a_master_killed_mid_drain_loses_no_confirmed_job(prefix: str) -> 
                 victim.kill()
                 unconfirmed = await asyncio.wait_for(producing, 90)
 
-                async def all_ran() -> bool:
-                    return set(confirmed) <= set(runs)
-
-                await wait_until(all_ran, timeout=60, interval=0.1)
+                await wait_until(lambda: now(set(confirmed) <= set(runs)), timeout=60, interval=0.1)
             resumed = [at for at in confirmed.values() if at > killed_at]
             lost = set(confirmed) - set(runs)
             twice = sum(1 for count in runs.values() if count > 1)

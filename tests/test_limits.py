@@ -16,7 +16,7 @@ from aioqueue.limits import make_limits, parse_rate
 from aioqueue.store import scripts
 from aioqueue.store.keys import QueueKeys
 from aioqueue.store.records import HELD_BY_CONCURRENCY
-from tests.helpers import wait_until
+from tests.helpers import now, wait_until
 from tests.script_helpers import put, take
 
 # -- parsing ---------------------------------------------------------------------------
@@ -156,7 +156,7 @@ async def test_at_most_the_cap_run_at_once_across_workers(
     try:
         await queue.enqueue_many(work.enqueue() for _ in range(40))
         async with app.worker(concurrency=10), other.worker(concurrency=10):
-            await wait_until(lambda: _now(done == 40), timeout=30)
+            await wait_until(lambda: now(done == 40), timeout=30)
         assert most <= 3  # (both workers' jobs count: they share this process's counter)
     finally:
         await other.close()
@@ -206,7 +206,7 @@ async def test_a_dead_workers_jobs_count_until_their_leases_expire(app: aioqueue
     assert [job.id for job in taken.jobs] == [first.id.encode()]
     await work.enqueue("next")
     async with app.worker(concurrency=5):
-        await wait_until(lambda: _now(sorted(ran) == ["lost", "next"]), timeout=15)
+        await wait_until(lambda: now(sorted(ran) == ["lost", "next"]), timeout=15)
     assert (await queue.counts()).active == 0
 
 
@@ -217,10 +217,6 @@ async def test_lifting_the_limits(app: aioqueue.App) -> None:
     assert (await queue.limits()).rate_per_second == 5.0
     await queue.set_limits()
     assert await queue.limits() == aioqueue.QueueLimits()
-
-
-async def _now(value: bool) -> bool:
-    return value
 
 
 async def test_a_worker_held_back_with_takes_in_flight_waits_without_spinning(
@@ -240,7 +236,7 @@ async def test_a_worker_held_back_with_takes_in_flight_waits_without_spinning(
     await queue.set_limits(rate="20/s", burst=120)
     await queue.enqueue_many(work.enqueue() for _ in range(300))
     async with app.worker(concurrency=200):  # (takes of 50, up to 4 at once)
-        await asyncio.wait_for(wait_until(lambda: _now(done >= 125), timeout=20), 30)
+        await asyncio.wait_for(wait_until(lambda: now(done >= 125), timeout=20), 30)
 
 
 async def test_with_strict_queue_order_a_held_queue_lets_the_next_ones_take(
@@ -264,5 +260,5 @@ async def test_with_strict_queue_order_a_held_queue_lets_the_next_ones_take(
     await app.queue("second").enqueue_many(quick.enqueue(n) for n in range(3))
     worker = app.worker(queues=["first", "second"], queue_order="strict", concurrency=10)
     async with worker:
-        await wait_until(lambda: _now(len(ran) == 3), timeout=10)
+        await wait_until(lambda: now(len(ran) == 3), timeout=10)
         release.set()

@@ -79,10 +79,7 @@ async def test_a_failover_mid_drain_loses_no_confirmed_job(
             announced = time.monotonic()
             unconfirmed = await asyncio.wait_for(producing, 90)
 
-            async def all_ran() -> bool:
-                return set(confirmed) <= set(runs)
-
-            await wait_until(all_ran, timeout=60, interval=0.1)
+            await wait_until(lambda: now(set(confirmed) <= set(runs)), timeout=60, interval=0.1)
             after = [at for at in confirmed.values() if at > announced]
         lost = set(confirmed) - set(runs)
         twice = sum(1 for count in runs.values() if count > 1)

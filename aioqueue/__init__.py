@@ -15,6 +15,7 @@ from .enqueue import JobOptions
 from .errors import (
     AioqueueError,
     AuthenticationFailed,
+    ChildFailed,
     ConfigError,
     EnqueueError,
     EnqueueUnconfirmed,
@@ -57,6 +58,7 @@ from .store.records import (
 from .task import Task, TaskOptions
 from .topics import DeadMessage, GroupInfo, Subscriber, Topic, TopicInfo
 from .worker import Worker
+from .workflows import Batch, BatchSummary, Flow, FlowStatus, Workflow, chain, chord, flow
 
 __version__ = "0.1.0"
 
@@ -65,7 +67,10 @@ __all__ = [
     "App",
     "AuthenticationFailed",
     "Backoff",
+    "Batch",
+    "BatchSummary",
     "ChannelInfo",
+    "ChildFailed",
     "ConfigError",
     "DeadMessage",
     "EnqueueCall",
@@ -74,6 +79,8 @@ __all__ = [
     "ErrorInfo",
     "Exponential",
     "Fixed",
+    "Flow",
+    "FlowStatus",
     "Group",
     "GroupInfo",
     "InvalidArguments",
@@ -117,6 +124,10 @@ __all__ = [
     "TopicInfo",
     "UnknownTask",
     "Worker",
+    "Workflow",
     "__version__",
+    "chain",
+    "chord",
     "current_job",
+    "flow",
 ]

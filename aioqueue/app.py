@@ -37,6 +37,7 @@ from .topics import (
     subscriber_run_name,
 )
 from .worker import Worker
+from .workflows import Batch
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
 
     from .middleware import LifecycleHook, Middleware
     from .observers import Observer
+    from .queue import EnqueueCall
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -334,6 +336,20 @@ class App:
         if name not in self._queues:
             self._queues[name] = Queue(self, name)
         return self._queues[name]
+
+    def batch(
+        self,
+        *,
+        queue: str | None = None,
+        on_complete: EnqueueCall[Any] | None = None,
+        on_success: EnqueueCall[Any] | None = None,
+    ) -> Batch:
+        """Jobs enqueued together, with callbacks once all have settled (see ``Batch``):
+        ``async with app.batch(on_complete=report.enqueue()) as batch: batch.add(...)``.
+        The batch's queue: ``queue``, else its callbacks', else the default queue."""
+        callback = on_complete or on_success
+        chosen = self.queue(queue) if queue is not None or callback is None else callback._queue
+        return Batch(chosen, on_complete=on_complete, on_success=on_success)
 
     def mailbox(self, name: str, *, max_messages: int = DEFAULT_MAX_MESSAGES) -> Mailbox:
         """The mailbox with this name: anyone sends, one reader fetches (see

@@ -33,7 +33,8 @@ class JobOptions:
     str not starting with a reserved prefix, ``timeout`` positive (the same rule as the
     task's), ``max_attempts`` at least 1, ``priority`` 0..9 or a name, ``expires``
     positive (seconds or a timedelta), ``debounce`` positive and only with an ``id`` (its
-    key) and no ``delay`` or ``at`` (the window is the delay).
+    key) and no ``delay`` or ``at`` (the window is the delay), ``group`` a non-empty str
+    of at most 200 characters.
     """
 
     id: str | None = None
@@ -45,6 +46,7 @@ class JobOptions:
     replicas: int | None = None  # None: the App's ``replicas``
     expires: float | timedelta | None = None  # not started this long after due: it expires
     debounce: float | timedelta | None = None  # one run, this long after the last call
+    group: str | None = None  # jobs of one group run one at a time, in enqueue order
 
     def __post_init__(self) -> None:
         if self.id is not None:
@@ -67,6 +69,10 @@ class JobOptions:
         self.expires_ms()  # (checks it)
         if self.debounce is not None:
             self.debounce_ms()
+        if self.group is not None:
+            check_group(self.group)
+            if self.debounce is not None:
+                raise ConfigError("options: a debounced call cannot have a group")
 
     def debounce_ms(self) -> int | None:
         if self.debounce is None:
@@ -128,6 +134,14 @@ def new_job_id() -> str:
     return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}"
 
 
+def check_group(group: str) -> None:
+    """A group is any non-empty str of at most 200 characters (it ends a key's name)."""
+    if not isinstance(group, str) or not group or len(group) > 200:
+        raise ConfigError(
+            f"options: group must be a non-empty str of at most 200 characters, not {group!r}"
+        )
+
+
 def check_job_id(job_id: str) -> None:
     """Reject ids that cannot be a caller's: not a str, empty, or in a reserved namespace."""
     if not isinstance(job_id, str):
@@ -149,9 +163,11 @@ def prepare(
     max_payload_bytes: int,
     headers: Mapping[str, str] | None = None,
     replicas: int = 0,
+    inputs: str | None = None,
 ) -> NewJob:
     """Check and encode one job; raise (writing nothing) on bad input. A task given by
-    name is checked too when this app knows it."""
+    name is checked too when this app knows it. ``inputs``: the job is a workflow's
+    parent, run with its children's outcomes as a first argument (``payload.INPUTS``)."""
     known: Task[..., Any] | None
     if isinstance(task, Task):
         name, known = task.name, task
@@ -159,11 +175,18 @@ def prepare(
         name, known = task, find_task(task)
     if known is not None:
         try:
-            known.check_arguments(args, kwargs)
+            known.check_arguments(args if inputs is None else (None, *args), kwargs)
         except TypeError as exc:
             raise InvalidArguments(f"task {name!r} cannot take these arguments: {exc}") from exc
     payload = encode_payload(
-        name, args, kwargs, options.timeout, max_payload_bytes, headers, options.expires_ms()
+        name,
+        args,
+        kwargs,
+        options.timeout,
+        max_payload_bytes,
+        headers,
+        options.expires_ms(),
+        inputs,
     )
     fresh = options.id is None
     job_id = new_job_id() if options.id is None else options.id

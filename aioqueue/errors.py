@@ -114,6 +114,18 @@ class JobExpired(JobError):
         super().__init__(job_id, "expired before it started")
 
 
+class ChildFailed(AioqueueError):
+    """A workflow's child failed for good (dead, failed, cancelled or expired). A parent
+    that runs anyway (``on_child_failure="ignore"``) finds one in its inputs in place of
+    that child's result; a parent failed by a child ends with this error type."""
+
+    def __init__(self, index: int, error_type: str, error: str) -> None:
+        super().__init__(f"child {index} failed: {error_type}: {error}")
+        self.index = index
+        self.error_type = error_type
+        self.error = error
+
+
 class ResultTimeout(JobError, TimeoutError):
     """``Job.result(timeout=...)`` gave up waiting; the job may still finish."""
 

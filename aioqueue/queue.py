@@ -33,6 +33,7 @@ from .store import heartbeats, reads, scripts, specs
 from .store.batching import EnqueueBatcher
 from .store.connection import failure
 from .store.keys import QueueKeys
+from .store.records import LinkedJob
 
 if TYPE_CHECKING:
     import asyncio
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from .settings import AppSettings
     from .store.reads import ListedState
     from .store.records import (
+        Enqueued,
         JobInfo,
         JobStatus,
         MinuteCounts,
@@ -128,13 +130,18 @@ class EnqueueCall(Generic[R]):
         replicas: int | None = None,
         expires: float | timedelta | None = None,
         debounce: float | timedelta | None = None,
+        group: str | None = None,
     ) -> EnqueueCall[R]:
         """Set per-call options: job id (deduplication), priority, delay or time, timeout,
         how many replicas must have the job before the enqueue returns (WAIT), and
         ``expires``: a job not started within that long of being due (its enqueue, or its
         delay or time) ends ``expired`` without running; ``debounce``: calls with the same
         ``id`` collapse into one run, that long after the last of them, with its arguments
-        (the returned job's id is the run's, ``debounce:<id>:<n>``)."""
+        (the returned job's id is the run's, ``debounce:<id>:<n>``); ``group``: jobs of
+        one group run one at a time, in enqueue order (a job waits, ``waiting``, while an
+        earlier one of its group is queued, scheduled or running; the next one goes once
+        it has finished for good: complete, dead, failed, cancelled or expired; a retry
+        keeps its place), different groups in parallel."""
         current = self._options
         options = JobOptions(
             id=current.id if id is None else id,
@@ -146,6 +153,7 @@ class EnqueueCall(Generic[R]):
             replicas=current.replicas if replicas is None else replicas,
             expires=current.expires if expires is None else expires,
             debounce=current.debounce if debounce is None else debounce,
+            group=current.group if group is None else group,
         )
         return EnqueueCall(self._queue, self._task, self._args, self._kwargs, options)
 
@@ -204,7 +212,13 @@ class Queue:
             observed = stack if self._host.observers else None
             new = [call._prepare_for(self, observed) for call in calls]
             try:
-                results = await self._batcher.submit_many(new)
+                if any(call._options.group is not None for call in calls):
+                    groups = [call._options.group or "" for call in calls]
+                    results = await self._write_linked(
+                        [LinkedJob(job, group) for job, group in zip(new, groups, strict=True)]
+                    )
+                else:
+                    results = await self._batcher.submit_many(new)
             except RedisError as exc:
                 raise self._failure(exc, [job.id for job in new]) from exc
         return [Job(self, job.id, created=r.created) for job, r in zip(new, results, strict=True)]
@@ -220,9 +234,13 @@ class Queue:
         kwargs: Mapping[str, Any],
         options: JobOptions,
     ) -> Job[R]:
-        write = (
-            self._write if options.debounce is None else functools.partial(self._debounce, options)
-        )
+        write: Callable[[NewJob], Coroutine[Any, Any, Job[Any]]]
+        if options.debounce is not None:
+            write = functools.partial(self._debounce, options)
+        elif options.group is not None:
+            write = functools.partial(self._write_grouped, options.group)
+        else:
+            write = self._write
         if self._host.observers:
             with contextlib.ExitStack() as stack:
                 headers = self._observe(stack, task)
@@ -239,6 +257,23 @@ class Queue:
         except RedisError as exc:
             raise self._failure(exc, [key]) from exc
         return Job(self, job_id, created=state == "scheduled")
+
+    async def _write_grouped(self, group: str, new: NewJob) -> Job[Any]:
+        try:
+            [result] = await self._write_linked([LinkedJob(new, group)])
+        except RedisError as exc:
+            raise self._failure(exc, [new.id]) from exc
+        return Job(self, new.id, created=result.created)
+
+    async def _write_linked(
+        self, jobs: Sequence[LinkedJob], seal: Sequence[str] = ()
+    ) -> list[Enqueued]:
+        """Write jobs of groups and workflows (``enqueue_linked.lua``); safe to repeat."""
+        settings = self._host.settings
+        return await scripts.enqueue_linked(
+            await self._host.internal_client(), self.keys, jobs, seal=seal,
+            span_ms=settings.idempotency_ttl_ms, result_ttl_ms=settings.result_ttl_ms,
+        )  # fmt: skip
 
     async def _write(self, new: NewJob) -> Job[Any]:
         try:
@@ -273,11 +308,12 @@ class Queue:
         kwargs: Mapping[str, Any],
         options: JobOptions,
         headers: Mapping[str, str] | None = None,
+        inputs: str | None = None,
     ) -> NewJob:
         return enqueue.prepare(
             task, args, kwargs, options,
             find_task=self._host.find_task, max_payload_bytes=self._host.settings.max_payload_bytes,
-            headers=headers, replicas=self._host.settings.replicas,
+            headers=headers, replicas=self._host.settings.replicas, inputs=inputs,
         )  # fmt: skip
 
     # -- one job -----------------------------------------------------------------------

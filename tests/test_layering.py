@@ -31,7 +31,7 @@ _CORE = {
     "errors", "settings", "backoff", "priorities", "periodic", "middleware", "observers", "limits",
     "store.keys", "store.records", "store.payload",
 }  # fmt: skip
-_PRODUCER = {"task", "enqueue", "job", "queue", "messaging", "topics"}
+_PRODUCER = {"task", "enqueue", "job", "queue", "messaging", "topics", "workflows"}
 _EDGE = {"app", "__init__", "__main__"}
 
 

@@ -19,6 +19,11 @@ Roles:
   limits      HASH  flow control: c (most jobs leased at once), i (ms between starts), b (burst)
   rate        STRING the rate limit's theoretical arrival time (µs), kept by take.lua
   debounce    HASH  debounce key -> id of its latest run (debounce.lua)
+  groups      HASH  group -> id of the job that holds it: the one job of the group that is
+              queued, scheduled or running (lua/include/links.lua)
+  group:<g>   LIST  ids of the jobs waiting behind group g, in enqueue order
+  inputs:<id> HASH  a workflow parent's children that finished: their index -> "c" (complete)
+              or "f" (failed), followed by the result or error JSON if the parent keeps them
   job:<id>    HASH  the job record (fields: see records.py)
   done:<w>:<g>:<s> HASH completed jobs that returned nothing, id -> "": no record each (a
               key costs ~190 B however small) but a field in one of DONE_SLOTS small
@@ -144,6 +149,31 @@ class QueueKeys:
     def debounce(self) -> str:
         """HASH: debounce key -> the id of its latest run (``.options(debounce=...)``)."""
         return f"{self.base}:debounce"
+
+    @property
+    def groups(self) -> str:
+        """HASH: group -> id of the job that holds it (``.options(group=...)``)."""
+        return f"{self.base}:groups"
+
+    @property
+    def group_prefix(self) -> str:
+        """Scripts append a group name to this to reach the group's waiting list."""
+        return f"{self.base}:group:"
+
+    def group(self, name: str) -> str:
+        return f"{self.base}:group:{name}"
+
+    @property
+    def inputs_prefix(self) -> str:
+        """Scripts append a parent's id to this to reach its children's outcomes."""
+        return f"{self.base}:inputs:"
+
+    def inputs(self, parent_id: str) -> str:
+        return f"{self.base}:inputs:{parent_id}"
+
+    def links(self) -> list[str]:
+        """The keys of include/links.lua, in the order the scripts declare them."""
+        return [self.groups, self.group_prefix, self.inputs_prefix]
 
     @property
     def rate(self) -> str:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..errors import PayloadError, PayloadTooLarge, SerializationError
+from ..errors import ChildFailed, PayloadError, PayloadTooLarge, SerializationError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -37,12 +37,13 @@ class Payload:
     timeout: float | None = None  # per-call override of the task's timeout
     headers: Mapping[str, str] = field(default_factory=lambda: _NO_HEADERS)  # e.g. trace context
     expires_ms: int | None = None  # not started this long after it was due: it expires
+    inputs: str | None = None  # a workflow's parent: how its children's outcomes come (INPUTS)
 
     def encode(self, max_bytes: int) -> bytes:
         """Encode for Redis; raise SerializationError or PayloadTooLarge, writing nothing."""
         return encode_payload(
             self.task, self.args, self.kwargs, self.timeout, max_bytes, self.headers,
-            self.expires_ms,
+            self.expires_ms, self.inputs,
         )  # fmt: skip
 
     @classmethod
@@ -58,6 +59,7 @@ class Payload:
             raise PayloadError("payload is not a JSON object")
         task, args, kwargs = body.get("t"), body.get("a", []), body.get("k", {})
         timeout, headers, expires = body.get("to"), body.get("h", _NO_HEADERS), body.get("xp")
+        inputs = body.get("in")
         if not isinstance(task, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
             raise PayloadError("payload lacks a task name, an args list or a kwargs object")
         if timeout is not None and (
@@ -73,7 +75,9 @@ class Payload:
             or not all(isinstance(value, str) for value in headers.values())
         ):
             raise PayloadError("payload headers are not an object of strings")
-        return cls(task, args, kwargs, timeout, headers, expires)
+        if inputs is not None and (not isinstance(inputs, str) or inputs not in INPUTS):
+            raise PayloadError(f"payload inputs {inputs!r} is not one of {sorted(INPUTS)}")
+        return cls(task, args, kwargs, timeout, headers, expires, inputs)
 
 
 def encode_payload(
@@ -84,6 +88,7 @@ def encode_payload(
     max_bytes: int,
     headers: Mapping[str, str] | None = None,
     expires_ms: int | None = None,
+    inputs: str | None = None,
 ) -> bytes:
     """A Payload's bytes, without building the Payload (the enqueue path calls this)."""
     body: dict[str, Any] = {
@@ -98,6 +103,8 @@ def encode_payload(
         body["h"] = dict(headers)
     if expires_ms is not None:
         body["xp"] = expires_ms
+    if inputs is not None:
+        body["in"] = inputs
     try:
         raw = orjson.dumps(body)
     except TypeError as exc:
@@ -107,6 +114,33 @@ def encode_payload(
     if len(raw) > max_bytes:
         raise PayloadTooLarge(len(raw), max_bytes)
     return raw
+
+
+INPUTS = frozenset({"list", "first", "summary"})
+"""How a workflow's parent gets its children's outcomes, as its first argument: "list" (a
+chord or flow: every child's result in order, a failed child's as a ChildFailed), "first"
+(a chain's next step: the one child's result), "summary" (a batch's callback: a dict of
+total, succeeded and failed)."""
+
+
+def decode_inputs(inputs: str, outcomes: Mapping[bytes, bytes]) -> Any:
+    """A parent's first argument from its inputs hash (include/links.lua: child index ->
+    "c" or "f", then the result or error JSON): by ``inputs``, a list in child order (a
+    failed child's entry a ChildFailed), the one child's result, or a batch's counts."""
+    by_index = sorted((int(index), value) for index, value in outcomes.items())
+    if inputs == "summary":  # the batch's barrier: its counts, however it ended
+        return orjson.loads(by_index[0][1][1:]) if by_index else {}
+    values = [_outcome(index, value) for index, value in by_index]
+    if inputs == "first":
+        return values[0] if values else None
+    return values
+
+
+def _outcome(index: int, value: bytes) -> Any:
+    if value[:1] == b"c":
+        return orjson.loads(value[1:]) if len(value) > 1 else None
+    error = orjson.loads(value[1:]) if len(value) > 1 else {}
+    return ChildFailed(index, str(error.get("type", "?")), str(error.get("message", "")))
 
 
 _JSON_ARRAYS = (list, tuple)  # what orjson writes as arrays itself (a subclass is copied)

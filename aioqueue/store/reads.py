@@ -12,7 +12,7 @@ import re
 import time
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from .keys import ChannelKeys, TopicKeys, done_slot
+from .keys import ChannelKeys, QueueKeys, TopicKeys, done_slot
 from .records import (
     HISTORY_CODES,
     Field,
@@ -28,8 +28,6 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable
 
     from redis.asyncio import Redis
-
-    from .keys import QueueKeys
 
 
 async def job_info(
@@ -54,6 +52,19 @@ async def job_status(
     if raw:
         return JobStatus(raw.decode())
     return JobStatus.COMPLETE if await _is_done(redis, keys, job_id, span_ms) else None
+
+
+async def inputs(redis: Redis, prefix: str, queue: str, job_id: bytes) -> dict[bytes, bytes]:
+    """A workflow parent's inputs: its children's outcomes by index (include/links.lua)."""
+    key = QueueKeys.for_queue(prefix, queue).inputs_prefix.encode() + job_id
+    return cast("dict[bytes, bytes]", await redis.hgetall(key))
+
+
+async def flow_counts(redis: Redis, keys: QueueKeys, job_id: str) -> list[bytes | None]:
+    """A parent's state and child counts: s, pt, pd, ok, ko (records.Field)."""
+    fields = (Field.STATE, Field.CHILDREN, Field.CHILDREN_PENDING, Field.CHILDREN_COMPLETE)
+    names = [name.decode() for name in (*fields, Field.CHILDREN_FAILED)]
+    return cast("list[bytes | None]", await redis.hmget(keys.job(job_id), names))
 
 
 async def _is_done(redis: Redis, keys: QueueKeys, job_id: str, span_ms: int) -> bool:

@@ -8,6 +8,10 @@ Job record fields (``job:<id>`` HASH; short, because every queued job carries th
   pr priority (0..9)     w  lease owner (token)  et enqueued at (ms)   st started at (ms)
   ft finished at (ms)    r  result (JSON)        e  error (JSON)       raw foreign bytes
   ab abort requested (1)  qt made ready at (ms; absent: et)  pg progress (JSON)
+Linked jobs only (lua/include/links.lua): g group; du due (ms) once its turn comes; pa
+  its parents' ids; pi its index among their children; and a parent's pd children
+  pending, pt children in all, ok/ko children complete/failed, pk policy (f|i), pv keeps
+  its children's results (1), pu not sealed yet (1).
 Times are epoch milliseconds by the Redis clock.
 """
 
@@ -44,11 +48,18 @@ class Field:
     ABORT = b"ab"
     READY_AT = b"qt"
     PROGRESS = b"pg"
+    GROUP = b"g"
+    CHILDREN = b"pt"
+    CHILDREN_PENDING = b"pd"
+    CHILDREN_COMPLETE = b"ok"
+    CHILDREN_FAILED = b"ko"
+    UNSEALED = b"pu"
 
 
 class JobStatus(StrEnum):
     """Where a job is in its life."""
 
+    WAITING = "waiting"  # behind its group, or for its children (a workflow's parent)
     QUEUED = "queued"
     SCHEDULED = "scheduled"
     ACTIVE = "active"
@@ -211,6 +222,16 @@ class NewJob(NamedTuple):
     due_ms: int = 0
     fresh: bool = False
     replicas: int = 0  # the enqueue returns once this many replicas have it
+
+
+class LinkedJob(NamedTuple):
+    """A job for enqueue_linked.lua: one of a group, or of a workflow."""
+
+    job: NewJob
+    group: str = ""
+    parents: str = ""  # the ids of its parents, space-separated
+    position: int = 0  # its place among its parents' children (1-based)
+    parent: str = ""  # if it is a parent: its policy ('f' or 'i') and '1' to keep inputs
 
 
 class Enqueued(NamedTuple):

@@ -21,6 +21,7 @@ from .records import (
     CancelCode,
     Enqueued,
     Extended,
+    LinkedJob,
     NewJob,
     Promoted,
     Reclaimed,
@@ -63,12 +64,13 @@ _TOPIC_ACK = Script("topic_ack")
 _TOPIC_RECLAIM = Script("topic_reclaim")
 _TOPIC_EXTEND = Script("topic_extend")
 _DEBOUNCE = Script("debounce")
+_ENQUEUE_LINKED = Script("enqueue_linked")
 
 ALL_SCRIPTS = (
     _ENQUEUE, _TAKE, _PROMOTE, _ACK, _RECLAIM, _EXTEND, _CANCEL, _REQUEUE, _PURGE,
     _RESCHEDULE, _TRIM_DEAD, _RECONCILE, _PROGRESS, _CHANNEL_POST, _CHANNEL_COMMIT,
     _CHANNEL_JOIN, _CHANNEL_LEAVE, _RESUME, _TOPIC_PUBLISH, _TOPIC_ACK, _TOPIC_RECLAIM,
-    _TOPIC_EXTEND, _DEBOUNCE,
+    _TOPIC_EXTEND, _DEBOUNCE, _ENQUEUE_LINKED,
 )  # fmt: skip
 
 
@@ -116,7 +118,9 @@ def _enqueue_call(
     return script_keys, args
 
 
-_STATES = {state.encode(): state for state in ("queued", "scheduled", "complete", "tick-done")}
+_STATES = {
+    state.encode(): state for state in ("queued", "scheduled", "complete", "tick-done", "waiting")
+}
 
 
 def _enqueued(reply: Sequence[Any]) -> list[Enqueued]:
@@ -210,6 +214,55 @@ async def enqueue_many(
         for index, start in enumerate(starts):
             on_chunk(start, parsed[index])
     return [item for results in parsed for item in results]
+
+
+async def enqueue_linked(
+    redis: Redis,
+    keys: QueueKeys,
+    jobs: Sequence[LinkedJob],
+    *,
+    seal: Sequence[str] = (),
+    span_ms: int = 0,
+    result_ttl_ms: int = 0,
+    replica_timeout: float = 1.0,
+) -> list[Enqueued]:
+    """Write jobs of groups and workflows (parents before their children) in calls of up
+    to MAX_ENQUEUE_BATCH jobs, all sent in one write; the last call seals the parents in
+    ``seal``. Safe to resend: ids that have a record are skipped."""
+    script = _ENQUEUE_LINKED.on(redis)
+    script_keys = [
+        keys.notify, keys.schedule, keys.schedule_wake, keys.job_prefix, keys.done_prefix,
+        *keys.links(), *keys.ready_lists(),
+    ]  # fmt: skip
+    head = [b"EVALSHA", script.sha.encode(), b"%d" % len(script_keys)]
+    head += (key.encode() for key in script_keys)
+    commands = []
+    starts = range(0, max(len(jobs), 1), MAX_ENQUEUE_BATCH)
+    for start in starts:
+        chunk = jobs[start : start + MAX_ENQUEUE_BATCH]
+        args: list[Arg] = [
+            len(chunk), span_ms, " ".join(seal) if start == starts[-1] else "", result_ttl_ms,
+            keys.settled_channel,
+        ]  # fmt: skip
+        for linked in chunk:
+            job = linked.job
+            args += (job.id, job.payload, job.priority, job.max_attempts, job.delay_ms)
+            args += (job.due_ms, linked.group, linked.parents, linked.position, linked.parent)
+        parts = [*head, *map(_arg_bytes, args)]
+        commands.append(wire.array(len(parts)) + wire.bulk(*parts))
+    replicas = max((linked.job.replicas for linked in jobs), default=0)
+    wait = [_pack_wait(replicas, replica_timeout)] if replicas else []
+    replies = await lines_for(redis).send(keys.base, _ENQUEUE_LINKED, commands + wait)
+    if wait and int(replies[-1]) < replicas:
+        ids = [linked.job.id for linked in jobs]
+        raise NotReplicated(ids, int(replies[-1]), replicas, replica_timeout)
+    return [item for reply in replies[: len(commands)] for item in _enqueued(reply)]
+
+
+def _arg_bytes(arg: Arg) -> bytes:
+    if isinstance(arg, bytes):
+        return arg
+    return (arg if isinstance(arg, str) else str(arg)).encode()
 
 
 def _pack_wait(replicas: int, timeout: float) -> bytes:
@@ -362,6 +415,7 @@ async def ack(
         [
             keys.active, keys.schedule, keys.dead, keys.notify, keys.schedule_wake,
             keys.job_prefix, keys.done_prefix, *keys.ready_lists(), keys.history_prefix,
+            *keys.links(),
         ],
         args,
     )  # fmt: skip
@@ -385,7 +439,7 @@ async def reclaim(
         redis,
         [
             keys.active, keys.dead, keys.notify, keys.job_prefix, *keys.ready_lists(),
-            keys.history_prefix,
+            keys.history_prefix, keys.schedule, keys.schedule_wake, *keys.links(),
         ],
         [limit, default_max_attempts, result_ttl_ms, history_ms, keys.settled_channel],
     )  # fmt: skip
@@ -416,7 +470,15 @@ async def cancel(
     """Cancel a queued or scheduled job, or ask for a running job's abort."""
     code, state = await _CANCEL(
         redis,
-        [keys.job(job_id), keys.schedule, keys.skips],
+        [
+            keys.job_prefix,
+            keys.schedule,
+            keys.skips,
+            keys.notify,
+            keys.schedule_wake,
+            *keys.links(),
+            *keys.ready_lists(),
+        ],
         [job_id, result_ttl_ms, keys.abort_channel, keys.settled_channel],
     )
     return cast("CancelCode", _meaning("cancel", code)), _text(state)

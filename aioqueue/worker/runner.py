@@ -11,6 +11,7 @@ business (``inflight``): the runner only asks it to call the handler.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import inspect
 import logging
@@ -24,11 +25,11 @@ import anyio.to_thread
 from ..errors import PayloadError, Retry, SerializationError, UnknownTask, describe
 from ..middleware import JobContext, Middleware, call_hooks, enter_job, wrap
 from ..observers import JobWatchers, notify
-from ..store.payload import Payload, encode_error, encode_result
+from ..store.payload import Payload, decode_inputs, encode_error, encode_result
 from ..store.records import Settlement
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Awaitable, Callable, Mapping, Sequence
 
     from ..middleware import CallNext
     from ..store.records import Taken
@@ -47,6 +48,8 @@ class RunEnv:
     middleware: Sequence[Middleware] = ()
     state: dict[str, Any] = field(default_factory=dict)
     watchers: JobWatchers = field(default_factory=JobWatchers)  # observers' job callbacks
+    # a workflow parent's inputs hash, by queue name and job id (reads.inputs)
+    read_inputs: Callable[[str, bytes], Awaitable[Mapping[bytes, bytes]]] | None = None
 
 
 class _Escaped(Exception):
@@ -65,12 +68,15 @@ async def run_job(job: RunningJob, env: RunEnv) -> Settlement:
     found = _find(job, env)
     if isinstance(found, Settlement):
         return found
-    payload, task = found
+    found_payload, task = found
     _started(job, env, task.name)
-    try:
-        task.check_arguments(payload.args, payload.kwargs)
-    except TypeError as exc:  # retrying cannot help: the same arguments come back
-        return bury(taken, "TypeError", f"wrong arguments for {task.name}: {exc}")
+    if found_payload.inputs is not None:  # a workflow's parent
+        checked = _checked(taken, task, await _with_inputs(job, env, task, found_payload))
+    else:
+        checked = _checked(taken, task, found_payload)
+    if isinstance(checked, Settlement):
+        return checked
+    payload = checked
     job.task, job.timeout = task, payload.timeout or task.options.timeout
     job.context = context = _context(taken, job.queue, task, env, payload.headers, job)
     enter_job(context)
@@ -110,6 +116,36 @@ def _find(job: RunningJob, env: RunEnv) -> tuple[Payload, Task[..., Any]] | Sett
         _started(job, env, payload.task if payload else "?")
         return bury(taken, type(exc).__name__, str(exc))
     return payload, task
+
+
+def _checked(
+    taken: Taken, task: Task[..., Any], payload: Payload | Settlement
+) -> Payload | Settlement:
+    """The payload, if the task can take its arguments; else the job is buried."""
+    if isinstance(payload, Settlement):
+        return payload
+    try:
+        task.check_arguments(payload.args, payload.kwargs)
+    except TypeError as exc:  # retrying cannot help: the same arguments come back
+        return bury(taken, "TypeError", f"wrong arguments for {task.name}: {exc}")
+    return payload
+
+
+async def _with_inputs(
+    job: RunningJob, env: RunEnv, task: Task[..., Any], payload: Payload
+) -> Payload | Settlement:
+    """A workflow's parent: its children's outcomes become its first argument."""
+    if env.read_inputs is None or payload.inputs is None:  # (no Redis: a test's runner)
+        return payload
+    try:
+        outcomes = await env.read_inputs(job.queue, job.taken.id)
+    except Exception as exc:  # (Redis unreachable) an attempt that failed
+        return failed(job.taken, task, exc)
+    try:
+        inputs = decode_inputs(payload.inputs, outcomes)
+    except ValueError as exc:
+        return bury(job.taken, "PayloadError", f"undecodable workflow inputs: {exc}")
+    return dataclasses.replace(payload, args=(inputs, *payload.args))
 
 
 async def _failed(job: RunningJob, exc: BaseException) -> Settlement:

@@ -17,6 +17,7 @@ through ``runner`` -> its Settlement goes to its queue's ``acks`` -> ``ack.lua``
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import secrets
@@ -31,6 +32,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ..errors import ServerRefused, ServerUnavailable, describe
 from ..observers import JobWatchers
 from ..settings import WORKER_DEFAULTS, WorkerSettings, mask_url
+from ..store import reads
 from ..store.keys import QueueKeys, TopicKeys
 from .aborts import AbortListener
 from .acks import AckBatcher
@@ -159,8 +161,9 @@ class Worker:
             await hook(self.state)
         app = self.app
         self._inflight.env = RunEnv(
-            app.find_task, tuple(app.middleware_stack), self.state, JobWatchers.of(app.observers)
-        )
+            app.find_task, tuple(app.middleware_stack), self.state, JobWatchers.of(app.observers),
+            functools.partial(reads.inputs, redis, app.settings.prefix),
+        )  # fmt: skip
         queues = [QueueKeys.for_queue(app.settings.prefix, name) for name in self.settings.queues]
         for keys in queues:
             self._add_queue(redis, keys)

@@ -13,6 +13,9 @@ KEYS[6]      job_prefix           prefix of job records; carries the queue's has
 KEYS[7]      done_prefix          prefix of the done hashes (include/done.lua); likewise
 KEYS[8..17]  ready          LIST  ready lists of priorities 0..9
 KEYS[18]     history_prefix       prefix of the history hashes (include/history.lua)
+KEYS[19]     groups         HASH  group -> id of the job that holds it (include/links.lua)
+KEYS[20]     group_prefix         prefix of the groups' waiting lists
+KEYS[21]     inputs_prefix        prefix of the parents' inputs hashes
 ARGV[1] result_ttl_ms  how long finished records with a result or an error are kept; 0
                        deletes them
 ARGV[2] kept_ms        how long a complete job with no result (None) is remembered: the
@@ -36,6 +39,9 @@ ARGV[6] format         'json': ARGV[7] is one JSON array of [id, lease, outcome,
                      in the history, which counts attempts)
            release   data unused; back to the front of ready, attempt not counted
 
+A job that finishes for good sets off its links (include/links.lua): the next job of
+its group, its parents' counts.
+
 Returns one code per job: 1 settled, -2 lease not held.
 ]]
 -- @include clock
@@ -45,12 +51,18 @@ Returns one code per job: 1 settled, -2 lease not held.
 -- @include schedule
 -- @include history
 -- @include settled
+-- @include links
 local active, schedule, dead, notify = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local schedule_wake, job_prefix, done_prefix, READY = KEYS[5], KEYS[6], KEYS[7], 8
 local result_ttl_ms, kept_ms, keep_payload = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local history_ms, settled_channel, history_prefix = tonumber(ARGV[4]), ARGV[5], KEYS[18]
 local now = redis_clock()
 local counts, finished = {}, {} -- outcome code -> n; ids of jobs that finished
+local L = {
+  job_prefix = job_prefix, ready = READY, notify = notify, schedule = schedule,
+  schedule_wake = schedule_wake, groups = KEYS[19], group_prefix = KEYS[20],
+  inputs_prefix = KEYS[21], now = now, result_ttl_ms = result_ttl_ms, finished = finished,
+}
 
 -- The history code of each outcome, and whether the job is finished by it.
 local CODE = {complete = 'c', retry = 'r', bury = 'd', fail = 'f', abort = 'x'}
@@ -99,7 +111,7 @@ end
 
 local function settle(id, lease, outcome, data, delay_ms)
   local key = job_prefix .. id
-  local record = redis.call('HMGET', key, 's', 'w')
+  local record = redis.call('HMGET', key, 's', 'w', 'g', 'pa', 'pi', 'pt')
   if not record[1] then -- settled before, and its record went (no result kept, or ttl 0)
     redis.call('ZREM', active, id)
     return 1
@@ -129,7 +141,12 @@ local function settle(id, lease, outcome, data, delay_ms)
   end
   local code = CODE[outcome]
   if code then counts[code] = (counts[code] or 0) + 1 end
-  if FINAL[outcome] then finished[#finished + 1] = id end
+  if FINAL[outcome] then
+    finished[#finished + 1] = id
+    if record[3] or record[4] or record[6] then
+      follow_links(L, id, outcome == 'complete', data, record[3], record[4], record[5], record[6])
+    end
+  end
   return 1
 end
 

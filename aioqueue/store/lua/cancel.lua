@@ -5,9 +5,19 @@ running job is marked for abort (field ab) and its id is published on the queue'
 channel, so that whichever worker runs it cancels its asyncio task at once (workers that
 miss the message see the mark when they renew leases, and reclaim honours it).
 
-KEYS[1] job        HASH  the job record
-KEYS[2] schedule   ZSET  job id -> due time (ms)
-KEYS[3] skips      STRING ready entries of cancelled jobs
+A job waiting (behind its group, or for its children) is cancelled at once. Whatever the
+job was, its links follow (include/links.lua): its group passes on, its parents count it
+as failed.
+
+KEYS[1]      job_prefix           prefix of job records; carries the queue's hash tag
+KEYS[2]      schedule       ZSET  job id -> due time (ms)
+KEYS[3]      skips          STRING ready entries of cancelled jobs
+KEYS[4]      notify         LIST  wake-up tokens
+KEYS[5]      schedule_wake  LIST  at most one token for pollers
+KEYS[6]      groups         HASH  group -> id of the job that holds it
+KEYS[7]      group_prefix         prefix of the groups' waiting lists
+KEYS[8]      inputs_prefix        prefix of the parents' inputs hashes
+KEYS[9..18]  ready          LIST  ready lists of priorities 0..9
 ARGV[1] id
 ARGV[2] result_ttl_ms  how long a cancelled scheduled record is kept (0: deleted). A
                        queued one keeps its record until take skips its ready entry.
@@ -20,26 +30,36 @@ cancellable (state says why: complete, dead, ...); -1 no such job.
 -- @include clock
 -- @include record
 -- @include settled
-local job, schedule, skips = KEYS[1], KEYS[2], KEYS[3]
+-- @include links
+local schedule, skips = KEYS[2], KEYS[3]
 local id, result_ttl_ms, abort_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local job = KEYS[1] .. id
 
-local state = redis.call('HGET', job, 's')
+local record = redis.call('HMGET', job, 's', 'g', 'pa', 'pi', 'pt')
+local state = record[1]
 if not state then return {-1, ''} end
 if state == 'active' then
   redis.call('HSET', job, 'ab', 1)
   publish(abort_channel, id)
   return {2, state}
 end
-if state ~= 'queued' and state ~= 'scheduled' then return {0, state} end
+if state ~= 'queued' and state ~= 'scheduled' and state ~= 'waiting' then return {0, state} end
 
 local now = redis_clock()
-redis.call('HSET', job, 's', 'cancelled', 'ft', now,
-  'e', error_json('JobCancelled', 'cancelled before it ran'))
-if state == 'scheduled' then -- no entry left anywhere: the record may expire now
+local reason = error_json('JobCancelled', 'cancelled before it ran')
+redis.call('HSET', job, 's', 'cancelled', 'ft', now, 'e', reason)
+if state == 'queued' then -- its ready entry stays until take skips it
+  redis.call('INCR', skips)
+else -- no entry left anywhere (a group's list skips it): the record may expire now
   redis.call('ZREM', schedule, id)
   expire_record(job, result_ttl_ms)
-else -- its ready entry stays until take skips it
-  redis.call('INCR', skips)
 end
-announce_settled(ARGV[4], {id})
+local finished = {id}
+local L = {
+  job_prefix = KEYS[1], ready = 9, notify = KEYS[4], schedule = schedule,
+  schedule_wake = KEYS[5], groups = KEYS[6], group_prefix = KEYS[7], inputs_prefix = KEYS[8],
+  now = now, result_ttl_ms = result_ttl_ms, finished = finished,
+}
+follow_links(L, id, false, reason, record[2], record[3], record[4], record[5])
+announce_settled(ARGV[4], finished)
 return {1, 'cancelled'}

@@ -9,6 +9,11 @@ KEYS[3]      notify      LIST  wake-up tokens
 KEYS[4]      job_prefix        prefix of job records; carries the queue's hash tag
 KEYS[5..14]  ready       LIST  ready lists of priorities 0..9
 KEYS[15]     history_prefix    prefix of the history hashes (include/history.lua)
+KEYS[16]     schedule    ZSET  job id -> due time (ms)
+KEYS[17]     schedule_wake LIST at most one token for pollers
+KEYS[18]     groups      HASH  group -> id of the job that holds it (include/links.lua)
+KEYS[19]     group_prefix      prefix of the groups' waiting lists
+KEYS[20]     inputs_prefix     prefix of the parents' inputs hashes
 ARGV[1] limit                  max jobs per call
 ARGV[2] default_max_attempts   for jobs enqueued without their own maximum (m = 0); a
                                job with m < 0 retries forever and is never buried here
@@ -18,18 +23,24 @@ ARGV[5] settled                the queue's settled channel ('' announces nothing
 
 Returns {requeued, buried, id_1, payload_1, attempts_1, max_attempts_1, id_2, ...}: buried
 counts the cancelled ones too; the jobs listed are those buried dead (their hooks are
-the caller's to run).
+the caller's to run). Jobs buried or cancelled here set off their links (include/links.lua).
 ]]
 -- @include clock
 -- @include record
 -- @include ready
 -- @include history
 -- @include settled
+-- @include links
 local active, dead, notify, job_prefix, READY = KEYS[1], KEYS[2], KEYS[3], KEYS[4], 5
 local limit, default_max, result_ttl_ms = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local history_ms, settled_channel = tonumber(ARGV[4]), ARGV[5]
 local now = redis_clock()
 local finished = {}
+local L = {
+  job_prefix = job_prefix, ready = READY, notify = notify, schedule = KEYS[16],
+  schedule_wake = KEYS[17], groups = KEYS[18], group_prefix = KEYS[19], inputs_prefix = KEYS[20],
+  now = now, result_ttl_ms = result_ttl_ms, finished = finished,
+}
 
 local expired = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, limit)
 local out = {0, 0}
@@ -38,14 +49,15 @@ for i = 1, #expired do
   local id = expired[i]
   local key = job_prefix .. id
   redis.call('ZREM', active, id)
-  local record = redis.call('HMGET', key, 's', 'n', 'm', 'pr', 'ab', 'p')
+  local record = redis.call('HMGET', key, 's', 'n', 'm', 'pr', 'ab', 'p', 'g', 'pa', 'pi', 'pt')
   if record[1] == 'active' and record[5] then
+    local reason = error_json('JobCancelled', 'aborted while running (its worker was lost)')
     redis.call('HDEL', key, 'w')
-    redis.call('HSET', key, 's', 'cancelled', 'ft', now,
-      'e', error_json('JobCancelled', 'aborted while running (its worker was lost)'))
+    redis.call('HSET', key, 's', 'cancelled', 'ft', now, 'e', reason)
     expire_record(key, result_ttl_ms)
     buried = buried + 1
     finished[#finished + 1] = id
+    follow_links(L, id, false, reason, record[7], record[8], record[9], record[10])
   elseif record[1] == 'active' then
     local attempts = tonumber(record[2] or 0) or 0
     local max = tonumber(record[3] or 0) or 0
@@ -53,10 +65,12 @@ for i = 1, #expired do
     redis.call('HDEL', key, 'w')
     if max > 0 and attempts >= max then
       local message = 'lease expired ' .. attempts .. ' time(s): the worker died or stalled'
-      redis.call('HSET', key, 's', 'dead', 'ft', now, 'e', error_json('LeaseExpired', message))
+      local reason = error_json('LeaseExpired', message)
+      redis.call('HSET', key, 's', 'dead', 'ft', now, 'e', reason)
       redis.call('ZADD', dead, now, id)
       buried = buried + 1
       finished[#finished + 1] = id
+      follow_links(L, id, false, reason, record[7], record[8], record[9], record[10])
       local n = #out
       out[n + 1], out[n + 2], out[n + 3], out[n + 4] = id, record[6] or '', attempts, max
     else

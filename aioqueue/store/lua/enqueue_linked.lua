@@ -1,0 +1,106 @@
+--[[ enqueue_linked: write jobs linked to others: jobs of a group (run one at a time, in
+enqueue order) and the jobs of a workflow (parents that wait for their children). What
+their outcomes set off is include/links.lua's; plain jobs go through enqueue.lua.
+
+Ids work as in enqueue.lua: a job whose id has a record (or is in a done hash) is skipped,
+so a resent call writes nothing twice, and a skipped child never counts in its parent. A
+workflow is written parents first, so a child's parents exist when it is counted. A
+parent is written unsealed (field pu) and so is not released before all its children are
+written, however many calls that takes: the call that writes the last of them seals it.
+
+A job of a group takes the group if no job holds it (or its holder's record is gone or
+finished: a repair) and is queued or scheduled as usual; else it waits behind the group
+(state 'waiting'; a later due time is kept in field du for when its turn comes).
+
+KEYS[1]      notify         LIST  wake-up tokens
+KEYS[2]      schedule       ZSET  job id -> due time (ms)
+KEYS[3]      schedule_wake  LIST  at most one token for pollers
+KEYS[4]      job_prefix           prefix of job records; carries the queue's hash tag
+KEYS[5]      done_prefix          prefix of the done hashes (include/done.lua)
+KEYS[6]      groups         HASH  group -> id of the job that holds it
+KEYS[7]      group_prefix         prefix of the groups' waiting lists
+KEYS[8]      inputs_prefix        prefix of the parents' inputs hashes (include/links.lua)
+KEYS[9..18]  ready          LIST  ready lists of priorities 0..9
+ARGV[1]      count          jobs in this call
+ARGV[2]      span_ms        the idempotency window of completed jobs with no result
+ARGV[3]      seal           ids of parents to seal after this call's jobs (space-separated)
+ARGV[4]      result_ttl_ms  how long a barrier's record is kept once it completes
+ARGV[5]      settled        the queue's settled channel: barriers completed by the seal are
+                            announced there
+ARGV[6..]    ten per job: id, payload ('' for a barrier: a parent with no task), priority,
+             max_attempts, delay_ms, due_ms (as in enqueue.lua), group ('' for none),
+             parents (ids, space-separated; '' for none), index (its place among its
+             parents' children), parent ('' if it is not one; else its policy and whether
+             it keeps its children's results: 'f1', 'f0', 'i1' or 'i0')
+
+Returns {created_1, state_1, created_2, ...} as enqueue.lua does.
+]]
+-- @include clock
+-- @include done
+-- @include links
+-- @include settled
+local notify, schedule, schedule_wake = KEYS[1], KEYS[2], KEYS[3]
+local job_prefix, done_prefix, groups = KEYS[4], KEYS[5], KEYS[6]
+local count, span_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
+local now = redis_clock()
+local L = {
+  job_prefix = job_prefix, ready = 9, notify = notify, schedule = schedule,
+  schedule_wake = schedule_wake, groups = groups, group_prefix = KEYS[7],
+  inputs_prefix = KEYS[8], now = now, result_ttl_ms = tonumber(ARGV[4]), finished = {},
+}
+local LIVE = {queued = true, scheduled = true, active = true, waiting = true}
+local out = {}
+
+-- Whether the job must wait behind its group (else it now holds the group).
+local function behind_group(group, id)
+  local holder = redis.call('HGET', groups, group)
+  if holder and not LIVE[redis.call('HGET', job_prefix .. holder, 's') or ''] then
+    pass_group(L, group, holder) -- its holder went without passing it on: repair
+    holder = redis.call('HGET', groups, group)
+  end
+  if holder then return true end
+  redis.call('HSET', groups, group, id)
+  return false
+end
+
+for i = 1, count do
+  local base = i * 10 - 4
+  local id, payload, priority = ARGV[base], ARGV[base + 1], ARGV[base + 2]
+  local delay_ms, due_ms = tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5])
+  local group, parents, parent = ARGV[base + 6], ARGV[base + 7], ARGV[base + 9]
+  local key = job_prefix .. id
+  local existing = redis.call('HGET', key, 's')
+  if not existing and is_done(done_prefix, id, now, span_ms) then existing = 'complete' end
+  if existing then
+    out[2 * i - 1], out[2 * i] = 0, existing
+  else
+    local due = 0
+    if delay_ms > 0 then due = now + delay_ms end
+    if due_ms > due then due = due_ms end
+    redis.call('HSET', key, 's', 'waiting', 'n', 0, 'm', ARGV[base + 3], 'pr', priority,
+      'et', now)
+    if payload ~= '' then redis.call('HSET', key, 'p', payload) end
+    if due > now then redis.call('HSET', key, 'du', due) end
+    if parents ~= '' then
+      redis.call('HSET', key, 'pa', parents, 'pi', ARGV[base + 8])
+      for p in string.gmatch(parents, '%S+') do
+        redis.call('HINCRBY', job_prefix .. p, 'pd', 1)
+        redis.call('HINCRBY', job_prefix .. p, 'pt', 1)
+      end
+    end
+    local state = 'waiting'
+    if parent ~= '' then -- it waits for its children (and is sealed once all are written)
+      redis.call('HSET', key, 'pk', string.sub(parent, 1, 1), 'pv', string.sub(parent, 2, 2),
+        'pd', 0, 'pt', 0, 'pu', 1)
+    elseif group == '' or not behind_group(group, id) then
+      make_ready(L, id, key, priority, due > now and due or nil)
+      state = due > now and 'scheduled' or 'queued'
+    end
+    if group ~= '' then redis.call('HSET', key, 'g', group) end
+    out[2 * i - 1], out[2 * i] = 1, state
+  end
+end
+
+for parent in string.gmatch(ARGV[3], '%S+') do seal_parent(L, parent) end
+announce_settled(ARGV[5], L.finished) -- (barriers with no children complete at once)
+return out

@@ -61,7 +61,7 @@ class Job(Generic[R_co]):
         return info
 
     async def status(self) -> JobStatus:
-        """queued / scheduled / active / complete / failed / dead / cancelled."""
+        """Where the job is: ``JobStatus`` (waiting, queued, ..., complete, expired)."""
         status = await self._source.status(self.id)
         if status is None:
             raise JobNotFound(self.id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, cast
 
 from .backoff import Backoff, Exponential
 from .errors import ConfigError
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .queue import EnqueueCall, Queue
 
 P = ParamSpec("P")
+Rest = ParamSpec("Rest")
 R = TypeVar("R")
 
 
@@ -103,6 +104,15 @@ class Task(Generic[P, R]):
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueCall[R]:
         """Queue one run of this task on its queue; await the result for a Job handle."""
         return self._queue_for(self.options.queue).enqueue(self, *args, **kwargs)
+
+    def callback(
+        self: Task[Concatenate[Any, Rest], R], *args: Rest.args, **kwargs: Rest.kwargs
+    ) -> EnqueueCall[R]:
+        """A call for a workflow's parent: a chain's later step, a chord's or a batch's
+        callback. It takes the handler's parameters but the first, which is filled in when
+        it runs, with its children's outcomes (``aioqueue.workflows``)."""
+        queue = self._queue_for(self.options.queue)
+        return cast("EnqueueCall[R]", queue.enqueue(cast("Any", self), *args, **kwargs))
 
     def on_success(self, hook: SuccessHook) -> SuccessHook:
         """Decorator: ``hook(job, result)`` after each successful run."""

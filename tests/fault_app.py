@@ -81,6 +81,14 @@ class Recorder:
         with SyncRedis.from_url(self.redis_url or os.environ["AIOQUEUE_REDIS_URL"]) as client:
             client.hset(self.runs_key, f"{job}|{secrets.token_hex(8)}", value)
 
+    async def record_end(self, job: str) -> None:
+        """Record when a run of ``job`` ended well (the last such run's time is kept)."""
+        await self.client().hset(f"{self.prefix}:ends", job, f"{time.time():.6f}")
+
+    async def ends(self) -> dict[str, float]:
+        raw: dict[bytes, bytes] = await self.client().hgetall(f"{self.prefix}:ends")  # type: ignore[assignment]
+        return {job.decode(): float(at) for job, at in raw.items()}
+
     async def first_run(self, job: str) -> bool:
         """True for exactly one run of ``job`` (SET NX), whatever its attempt number."""
         return bool(await self.client().set(f"{self.prefix}:first:{job}", 1, nx=True))
@@ -226,6 +234,20 @@ async def ok(job: str) -> str:
     return f"ok {job}"
 
 
+async def in_order(job: str, seconds: float) -> str:
+    """A job of a group: record its start and, once it has taken ``seconds``, its end."""
+    await recorder().record(job)
+    await asyncio.sleep(seconds)
+    await recorder().record_end(job)
+    return job
+
+
+async def collect(results: list[str], job: str) -> list[str]:
+    """A workflow's parent: record the run, return what its children returned."""
+    await recorder().record(job)
+    return results
+
+
 async def echo(job: str, value: object) -> object:
     await recorder().record(job)
     return value
@@ -260,6 +282,8 @@ def build(prefix: str, redis_url: str | None = None) -> tuple[aioqueue.App, Reco
     app.task(timeout=0.3, retries=0)(sync_hangs)
     app.task(retries=20, backoff=QUICK_RETRY)(ok)
     app.task(retries=0)(echo)
+    app.task(retries=20, backoff=QUICK_RETRY, timeout=30)(in_order)
+    app.task(retries=20, backoff=QUICK_RETRY, timeout=30)(collect)
     app.subscriber("faults", group="g", retries=20, backoff=QUICK_RETRY, timeout=30)(consume)
     return app, runs
 

@@ -336,6 +336,53 @@ async def test_sigkill_mid_batch_loses_nothing(
     assert await queue.counts() == aioqueue.QueueCounts(0, 0, 0, 0)
 
 
+async def test_sigkill_mid_group_and_mid_workflow_loses_and_double_counts_nothing(
+    redis_url: str, prefix: str, redis: Redis, closing: contextlib.AsyncExitStack
+) -> None:
+    """A worker SIGKILLed while it runs jobs of four groups and the 200 children of a
+    chord: the second worker finishes every one; each group's jobs ran one at a time in
+    enqueue order (each first started after the one before it ended), and the chord's
+    parent counted every child exactly once, re-run ones included, and ran once."""
+    app, recorder = fault_app_on(redis_url, prefix, closing)
+    queue = app.queue()
+    groups = {g: [f"g{g}-{n:02d}" for n in range(25)] for g in range(4)}
+    for n in range(25):  # interleaved, as producers would
+        for g, jobs in groups.items():
+            call = queue.enqueue("in_order", jobs[n], 0.02)
+            await call.options(id=jobs[n], group=f"customer-{g}")
+    children = [f"c{n:03d}" for n in range(200)]
+    workflow = await aioqueue.chord(
+        [queue.enqueue("work", child, 0.05) for child in children],
+        queue.enqueue("collect", "parent"),
+    )
+    async with worker_process(redis_url, prefix, "-c", "20", "--lease", "1") as victim:
+        await wait_until(lambda: run_count_at_least(recorder, 100), timeout=30)
+        victim.signal(signal.SIGKILL)
+        assert await victim.exited(timeout=10) == -signal.SIGKILL
+    active: list[bytes] = await redis.zrange(queue.keys.active, 0, -1)  # type: ignore[assignment]
+    assert active, "the kill was not mid-run"
+
+    async with app.worker(concurrency=20, lease=1, reclaim_interval=0.1):
+        results = await workflow.result(timeout=60)
+        every_group_job = [job for jobs in groups.values() for job in jobs]
+        await settle(lambda: all_complete(redis, queue, every_group_job), timeout=30)
+    runs = await recorder.runs()
+    assert sorted(results) == children  # each child's result, once
+    status = await workflow.status()
+    assert (status.children, status.complete, status.failed) == (200, 200, 0)
+    assert len(runs["parent"]) == 1
+    ends = await recorder.ends()
+    for jobs in groups.values():
+        states = await job_states(redis, queue, jobs)
+        assert all(job in ends for job in jobs), f"a group job never finished: {states}"
+        for before, after in itertools.pairwise(jobs):
+            assert runs[after][0].at >= ends[before], f"{after} started before {before} ended"
+    reruns = sum(len(job_runs) - 1 for job_runs in runs.values())
+    print(  # noqa: T201 - the scenario's numbers, for the report (pytest -s)
+        f"faults: sigkill mid-group/workflow: lost=0 reruns={reruns} (in flight {len(active)})"
+    )
+
+
 async def test_sigkill_mid_stream_loses_no_topic_message(
     redis_url: str, prefix: str, redis: Redis, closing: contextlib.AsyncExitStack
 ) -> None:

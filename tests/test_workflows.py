@@ -26,10 +26,10 @@ async def test_a_chain_passes_each_result_to_the_next_step(app: aioqueue.App) ->
         return x
 
     async with app.worker():
-        workflow = await chain(start.enqueue(1), add.enqueue(10), add.enqueue(100))
+        workflow = await chain(start.enqueue(1), add.callback(10), add.callback(100))
         assert await workflow.result(timeout=10) == 111
         status = await workflow.status()
-        assert status.status is JobStatus.COMPLETE or status.status is JobStatus.COMPLETE
+        assert (status.status, status.children, status.complete) == (JobStatus.COMPLETE, 1, 1)
 
 
 async def test_a_chord_gets_every_result_in_order(app: aioqueue.App) -> None:
@@ -42,7 +42,7 @@ async def test_a_chord_gets_every_result_in_order(app: aioqueue.App) -> None:
     async def total(results: list[int], label: str) -> str:
         return f"{label}: {results}"
 
-    workflow = await chord([square.enqueue(x) for x in range(10)], total.enqueue("squares"))
+    workflow = await chord([square.enqueue(x) for x in range(10)], total.callback("squares"))
     status = await workflow.status()
     assert (status.status, status.children, status.pending) == (JobStatus.WAITING, 10, 10)
     async with app.worker(concurrency=10):
@@ -59,8 +59,12 @@ async def test_a_flow_is_a_tree(app: aioqueue.App) -> None:
         return sum(results)
 
     tree = flow(
-        node.enqueue(),
-        [leaf.enqueue(1), flow(node.enqueue(), [leaf.enqueue(2), leaf.enqueue(3)]), leaf.enqueue(4)],
+        node.callback(),
+        [
+            leaf.enqueue(1),
+            flow(node.callback(), [leaf.enqueue(2), leaf.enqueue(3)]),
+            leaf.enqueue(4),
+        ],
     )
     async with app.worker():
         workflow = await tree
@@ -87,7 +91,9 @@ async def test_a_failed_child_fails_its_parent_by_default(app: aioqueue.App) -> 
         return total
 
     async with app.worker():
-        workflow = await chain(chord([fragile.enqueue(x) for x in range(4)], merge.enqueue()), after.enqueue())
+        workflow = await chain(
+            chord([fragile.enqueue(x) for x in range(4)], merge.callback()), after.callback()
+        )
         with pytest.raises(aioqueue.JobFailed) as failed:
             await workflow.result(timeout=10)
         assert failed.value.error_type == "ChildFailed"
@@ -107,7 +113,7 @@ async def test_an_ignoring_parent_runs_with_the_failure_in_place(app: aioqueue.A
 
     async with app.worker():
         workflow = await chord(
-            [fragile.enqueue(x) for x in range(3)], merge.enqueue(), on_child_failure="ignore"
+            [fragile.enqueue(x) for x in range(3)], merge.callback(), on_child_failure="ignore"
         )
         assert await workflow.result(timeout=10) == [0, "failed: ValueError", 2]
 
@@ -126,7 +132,7 @@ async def test_a_batch_calls_back_once_with_its_counts(app: aioqueue.App) -> Non
         calls.append((label, summary))
 
     async with app.batch(
-        on_complete=done.enqueue("complete"), on_success=done.enqueue("success")
+        on_complete=done.callback("complete"), on_success=done.callback("success")
     ) as batch:
         for x in range(20):
             batch.add(work.enqueue(x))
@@ -148,7 +154,7 @@ async def test_a_successful_batch_runs_both_callbacks(app: aioqueue.App, redis: 
     async def done(summary: dict[str, int], label: str) -> None:
         calls.append(label)
 
-    batch = app.batch(on_complete=done.enqueue("complete"), on_success=done.enqueue("success"))
+    batch = app.batch(on_complete=done.callback("complete"), on_success=done.callback("success"))
     async with batch:
         for x in range(3):
             batch.add(work.enqueue(x))
@@ -162,3 +168,213 @@ async def test_an_empty_batch_is_complete_at_once(app: aioqueue.App) -> None:
     async with app.batch() as batch:
         pass
     assert await batch.wait(timeout=5) == aioqueue.BatchSummary(0, 0, 0)
+
+
+async def test_a_requeued_dead_child_never_counts_twice(app: aioqueue.App) -> None:
+    attempts: list[int] = []
+
+    @app.task(retries=0)
+    async def once_broken(x: int) -> int:
+        attempts.append(x)
+        if len(attempts) == 1:
+            raise ValueError("first run fails")
+        return x
+
+    @app.task
+    async def merge(results: list[Any]) -> int:
+        return len(results)
+
+    queue = app.queue()
+    async with app.worker():
+        workflow = await chord(
+            [once_broken.enqueue(1)], merge.callback(), on_child_failure="ignore"
+        )
+        assert await workflow.result(timeout=10) == 1
+        assert await queue.requeue_dead() == 1  # the dead child runs again, and completes
+        await wait_until(lambda: now(len(attempts) == 2))
+        await wait_until(lambda: _settled(queue))
+    status = await workflow.status()
+    assert (status.children, status.complete, status.failed) == (1, 0, 1)
+
+
+async def _settled(queue: aioqueue.Queue) -> bool:
+    counts = await queue.counts()
+    return counts.ready == counts.active == 0
+
+
+async def test_cancelling_a_waiting_parent_stops_the_rest_of_a_chain(app: aioqueue.App) -> None:
+    release = asyncio.Event()
+    ran: list[str] = []
+
+    @app.task
+    async def first() -> str:
+        await release.wait()
+        ran.append("first")
+        return "one"
+
+    @app.task
+    async def then(previous: str) -> str:
+        ran.append("then")
+        return previous
+
+    workflow = await chain(first.enqueue(), then.callback(), then.callback())
+    async with app.worker():
+        parent_of_first = await _waiting_parents(app)
+        assert len(parent_of_first) == 2
+        middle = next(job for job in parent_of_first if job != workflow.id)
+        assert await app.queue().cancel(middle)
+        release.set()
+        with pytest.raises(aioqueue.JobFailed, match="ChildFailed"):
+            await workflow.result(timeout=10)
+    assert ran == ["first"]
+
+
+async def _waiting_parents(app: aioqueue.App) -> list[str]:
+    redis = await app.client()
+    keys = [key async for key in redis.scan_iter(match=f"{app.queue().keys.job_prefix}*")]
+    return [
+        key.decode().rpartition(":")[2] for key in keys if await redis.hget(key, "s") == b"waiting"
+    ]
+
+
+async def test_submitting_a_flow_again_under_its_id_adds_nothing(
+    app: aioqueue.App, redis: Redis
+) -> None:
+    @app.task
+    async def leaf(x: int) -> int:
+        return x
+
+    @app.task
+    async def total(results: list[int]) -> int:
+        return sum(results)
+
+    def build() -> aioqueue.Flow[int]:
+        return chord([leaf.enqueue(x) for x in range(3)], total.callback().options(id="report-1"))
+
+    first = await build()
+    again = await build()
+    assert first.job.created and not again.job.created
+    assert (await again.status()).children == 3
+    assert await app.queue().counts() == aioqueue.QueueCounts(
+        ready=3, scheduled=0, active=0, dead=0
+    )
+    async with app.worker():
+        assert await again.result(timeout=10) == 3
+
+
+async def test_a_fan_in_wider_than_one_script_call(app: aioqueue.App) -> None:
+    """2,500 children: written in three script calls; the parent is sealed by the last."""
+
+    @app.task
+    async def leaf(x: int) -> int:
+        return x
+
+    @app.task
+    async def total(results: list[int]) -> int:
+        return sum(results)
+
+    workflow = await chord([leaf.enqueue(x) for x in range(2500)], total.callback())
+    async with app.worker(concurrency=50):
+        assert await workflow.result(timeout=60) == sum(range(2500))
+    status = await workflow.status()
+    assert (status.children, status.pending, status.complete) == (2500, 0, 2500)
+
+
+async def test_a_cancelled_child_fails_its_parent(app: aioqueue.App) -> None:
+    @app.task
+    async def leaf(x: int) -> int:
+        return x
+
+    @app.task
+    async def total(results: list[int]) -> int:
+        return sum(results)
+
+    children = [leaf.enqueue(x) for x in range(3)]
+    workflow = await chord(children, total.callback())
+    queue = app.queue()
+    ready = await queue.jobs("ready")
+    assert await queue.cancel(ready[0].id)
+    with pytest.raises(aioqueue.JobFailed, match="ChildFailed"):
+        await workflow.result(timeout=10)
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda t, u: chain(t.a.enqueue()), "two steps"),
+        (lambda t, u: flow(t.b.callback(), []), "at least one child"),
+        (lambda t, u: chord([t.a.enqueue()], t.b.callback(), on_child_failure="x"), "'fail'"),  # type: ignore[arg-type]
+        (lambda t, u: chain(t.a.enqueue(), chord([t.a.enqueue()], t.b.callback())), "first"),  # type: ignore[arg-type]
+    ],
+)
+def test_bad_shapes_raise_where_written(app: aioqueue.App, build: Any, message: str) -> None:
+    tasks = _tasks(app)
+    with pytest.raises(aioqueue.ConfigError, match=message):
+        build(tasks, None)
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "message"),
+    [
+        (lambda t: _twice(t), aioqueue.ConfigError, "twice"),
+        (lambda t: chord([t.other.enqueue()], t.b.callback()), aioqueue.ConfigError, "one queue"),
+        (
+            lambda t: chord([t.a.enqueue().options(id="x")], t.b.callback()),
+            aioqueue.ConfigError,
+            "root",
+        ),
+        (
+            lambda t: chord([t.a.enqueue()], t.b.callback().options(group="g")),
+            aioqueue.ConfigError,
+            "group",
+        ),
+        (lambda t: chord([t.a.enqueue()], t.a.enqueue()), aioqueue.InvalidArguments, "arguments"),
+        (lambda t: chain(t.a.enqueue(), t.a.enqueue()), aioqueue.InvalidArguments, "arguments"),
+    ],
+)
+async def test_bad_workflows_raise_and_write_nothing(
+    app: aioqueue.App, redis: Redis, build: Any, error: type[Exception], message: str
+) -> None:
+    tasks = _tasks(app)
+    with pytest.raises(error, match=message):
+        await build(tasks)
+    assert await redis.keys(f"{app.settings.prefix}:*") == []
+
+
+def _twice(t: Any) -> aioqueue.Flow[Any]:
+    leaf = t.a.enqueue()
+    return chord([leaf, leaf], t.b.callback())
+
+
+def _tasks(app: aioqueue.App) -> Any:
+    class Tasks:
+        @app.task
+        async def a() -> int:
+            return 1
+
+        @app.task
+        async def b(results: list[int]) -> int:
+            return sum(results)
+
+        @app.task(queue="elsewhere")
+        async def other() -> int:
+            return 2
+
+    return Tasks
+
+
+async def test_batch_bad_input(app: aioqueue.App) -> None:
+    tasks = _tasks(app)
+    batch = app.batch()
+    with pytest.raises(aioqueue.ConfigError, match="generated ids"):
+        batch.add(tasks.a.enqueue().options(id="x"))
+    with pytest.raises(aioqueue.ConfigError, match="share its queue"):
+        batch.add(tasks.other.enqueue())
+    with pytest.raises(aioqueue.ConfigError, match="run on its queue"):
+        app.batch(queue="default", on_complete=tasks.other.enqueue())
+    with pytest.raises(RuntimeError):
+        async with app.batch() as failing:
+            failing.add(tasks.a.enqueue())
+            raise RuntimeError("nothing written")
+    with pytest.raises(aioqueue.JobNotFound):
+        await failing.wait(timeout=0.2)

@@ -33,7 +33,8 @@ ARGV[6..]    ten per job: id, payload ('' for a barrier: a parent with no task),
              parents' children), parent ('' if it is not one; else its policy and whether
              it keeps its children's results: 'f1', 'f0', 'i1' or 'i0')
 
-Returns {created_1, state_1, created_2, ...} as enqueue.lua does.
+Returns {created_1, state_1, created_2, ...} as enqueue.lua does; a child not written
+because a parent of it is sealed already (its workflow was written before) says 'sealed'.
 ]]
 -- @include clock
 -- @include done
@@ -51,16 +52,28 @@ local L = {
 local LIVE = {queued = true, scheduled = true, active = true, waiting = true}
 local out = {}
 
--- Whether the job must wait behind its group (else it now holds the group).
+-- Whether the job must wait behind its group (it joins the group's list), or now holds it.
 local function behind_group(group, id)
   local holder = redis.call('HGET', groups, group)
   if holder and not LIVE[redis.call('HGET', job_prefix .. holder, 's') or ''] then
     pass_group(L, group, holder) -- its holder went without passing it on: repair
     holder = redis.call('HGET', groups, group)
   end
-  if holder then return true end
+  if holder then
+    redis.call('RPUSH', L.group_prefix .. group, id)
+    return true
+  end
   redis.call('HSET', groups, group, id)
   return false
+end
+
+-- Children join only parents still being written: a workflow submitted again under its
+-- root's id (sealed) gains no children.
+local function unsealed(parents)
+  for p in string.gmatch(parents, '%S+') do
+    if redis.call('HEXISTS', job_prefix .. p, 'pu') == 0 then return false end
+  end
+  return true
 end
 
 for i = 1, count do
@@ -71,6 +84,7 @@ for i = 1, count do
   local key = job_prefix .. id
   local existing = redis.call('HGET', key, 's')
   if not existing and is_done(done_prefix, id, now, span_ms) then existing = 'complete' end
+  if not existing and parents ~= '' and not unsealed(parents) then existing = 'sealed' end
   if existing then
     out[2 * i - 1], out[2 * i] = 0, existing
   else

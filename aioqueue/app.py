@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
     from redis.asyncio import Redis, RedisCluster
 
+    from .limits import QueueLimits
     from .middleware import LifecycleHook, Middleware
     from .observers import Observer
     from .queue import EnqueueCall
@@ -144,6 +145,9 @@ class App:
         priority: int | str = ...,
         never_retry: tuple[type[BaseException], ...] = ...,
         dead_letter: bool = ...,
+        rate_limit: str | None = ...,
+        burst: int = ...,
+        max_concurrency: int | None = ...,
     ) -> _TaskDecorator: ...
 
     def task(
@@ -158,6 +162,9 @@ class App:
         priority: int | str = TASK_DEFAULTS.priority,
         never_retry: tuple[type[BaseException], ...] = TASK_DEFAULTS.never_retry,
         dead_letter: bool = TASK_DEFAULTS.dead_letter,
+        rate_limit: str | None = None,
+        burst: int = 1,
+        max_concurrency: int | None = None,
     ) -> Task[..., Any] | _TaskDecorator:
         """Register a handler (async, or plain ``def`` run in a thread) as a task.
 
@@ -165,6 +172,11 @@ class App:
         ``default_max_attempts - 1``), or ``"forever"``: until it succeeds, only a
         ``never_retry`` error or a cancellation ending it; ``backoff`` spaces them
         (exponential with jitter, capped).
+
+        ``rate_limit`` (``"100/s"``, with bursts of up to ``burst``) and ``max_concurrency``
+        limit the task across every worker. They are its queue's limits (``Queue.set_limits``,
+        enforced inside Redis), so a task that declares them must have its queue to itself;
+        workers write them to Redis when they start (if they differ from what is there).
         """
         max_attempts = self._max_attempts(retries)
 
@@ -178,14 +190,38 @@ class App:
                 priority=resolve_priority(priority),
                 never_retry=never_retry,
                 dead_letter=dead_letter,
+                rate_limit=rate_limit,
+                burst=burst,
+                max_concurrency=max_concurrency,
             )
             if options.name in self._tasks:
                 raise ConfigError(f"a task named {options.name!r} is registered already")
+            self._check_limits_alone(options)
             registered: Task[..., Any] = Task(handler, options, self.queue)
             self._tasks[options.name] = registered
             return registered
 
         return register(fn) if fn is not None else _TaskDecorator(register)
+
+    def _check_limits_alone(self, options: TaskOptions) -> None:
+        """A task's limits are its queue's: no other task may share a limited queue."""
+        for other in self._tasks.values():
+            if other.options.queue != options.queue:
+                continue
+            limited = [task for task in (options, other.options) if task.limits()]
+            if limited:
+                raise ConfigError(
+                    f"task {limited[0].name!r} declares limits, which are its queue's: give it a "
+                    f"queue of its own (queue {options.queue!r} has {other.name!r} and "
+                    f"{options.name!r})"
+                )
+
+    def declared_limits(self, queue: str) -> QueueLimits | None:
+        """The limits a task of ``queue`` declares (``rate_limit``, ``max_concurrency``)."""
+        for task in self._tasks.values():
+            if task.options.queue == queue and (limits := task.options.limits()):
+                return limits
+        return None
 
     def _max_attempts(self, retries: int | Literal["forever"] | None) -> int:
         if retries is None:

@@ -30,6 +30,7 @@ from .errors import ConfigError
 from .job import Job
 from .limits import QueueLimits, make_limits
 from .store import heartbeats, reads, scripts, specs
+from .store import limits as stored_limits
 from .store.batching import EnqueueBatcher
 from .store.connection import failure
 from .store.keys import QueueKeys
@@ -423,19 +424,13 @@ class Queue:
         retried for it. Replaces the queue's limits; no arguments lifts them all. Workers
         held back by the old limits see the new ones within a second."""
         limits = make_limits(rate=rate, burst=burst, concurrency=concurrency)
-        redis = await self._host.client()
-        async with redis.pipeline(transaction=True) as pipe:
-            pipe.delete(self.keys.limits, self.keys.rate)  # (a new rate starts afresh)
-            if fields := limits.to_fields():
-                pipe.hset(self.keys.limits, mapping=fields)  # type: ignore[arg-type]
-            await pipe.execute()
+        await stored_limits.write(await self._host.client(), self.keys, limits)
         return limits
 
     @_clear_errors
     async def limits(self) -> QueueLimits:
         """The queue's limits (``set_limits``); fields are None where there is none."""
-        fields = await (await self._host.client()).hgetall(self.keys.limits)
-        return QueueLimits.from_fields(fields)
+        return await stored_limits.read(await self._host.client(), self.keys)
 
     @_clear_errors
     async def counts(self) -> QueueCounts:

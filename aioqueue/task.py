@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar,
 
 from .backoff import Backoff, Exponential
 from .errors import ConfigError
+from .limits import QueueLimits, make_limits
 from .middleware import FailureHook, RetryHook, SuccessHook, TaskHooks
 from .priorities import DEFAULT_PRIORITY, resolve_priority
 from .settings import APP_DEFAULTS, DEFAULT_QUEUE, check_timeout
@@ -41,6 +42,9 @@ class TaskOptions:
     priority: int = DEFAULT_PRIORITY
     never_retry: tuple[type[BaseException], ...] = ()
     dead_letter: bool = True
+    rate_limit: str | None = None  # its queue's rate ("100/s"): see ``limits``
+    burst: int = 1
+    max_concurrency: int | None = None  # its queue's jobs running at once, at most
 
     def __post_init__(self) -> None:
         validate_name("task", self.name)
@@ -49,6 +53,18 @@ class TaskOptions:
         if self.max_attempts < 1 and self.max_attempts != UNLIMITED:
             raise ConfigError(f"task {self.name}: max_attempts must be at least 1")
         resolve_priority(self.priority)
+        self.limits()  # (checks them)
+
+    def limits(self) -> QueueLimits | None:
+        """The limits this task declares for its queue, or None if it declares none."""
+        if self.rate_limit is None and self.max_concurrency is None and self.burst == 1:
+            return None
+        try:
+            return make_limits(
+                rate=self.rate_limit, burst=self.burst, concurrency=self.max_concurrency
+            )
+        except ConfigError as exc:
+            raise ConfigError(f"task {self.name}: {exc}") from exc
 
 
 TASK_DEFAULTS = TaskOptions(name="task", queue=DEFAULT_QUEUE)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import math
 from itertools import pairwise
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -262,3 +263,54 @@ async def test_with_strict_queue_order_a_held_queue_lets_the_next_ones_take(
     async with worker:
         await wait_until(lambda: now(len(ran) == 3), timeout=10)
         release.set()
+
+
+async def test_a_task_declares_its_queues_limits(app: aioqueue.App) -> None:
+    """``@app.task(rate_limit=..., burst=..., max_concurrency=...)``: the worker writes them
+    as the task's queue's limits when it starts (and leaves them if Redis has them)."""
+
+    @app.task(queue="mail", rate_limit="50/s", burst=5, max_concurrency=3)
+    async def send(n: int) -> int:
+        return n
+
+    queue = app.queue("mail")
+    assert await queue.limits() == aioqueue.QueueLimits()
+    async with app.worker(queues=["mail"]):
+        limits = await queue.limits()
+        assert (limits.concurrency, limits.rate_per_second, limits.burst) == (3, 50, 5)
+        assert await (await send.enqueue(1)).result(timeout=10) == 1
+
+
+def test_a_limited_task_must_have_its_queue_to_itself(app: aioqueue.App) -> None:
+    @app.task(queue="mail")
+    async def send() -> None: ...
+
+    with pytest.raises(aioqueue.ConfigError, match="queue of its own"):
+
+        @app.task(queue="mail", max_concurrency=2)
+        async def bulk() -> None: ...
+
+    @app.task(queue="sms", rate_limit="1/s")
+    async def text() -> None: ...
+
+    with pytest.raises(aioqueue.ConfigError, match="queue of its own"):
+
+        @app.task(queue="sms")
+        async def other() -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"rate_limit": "fast"}, "rate"),
+        ({"max_concurrency": 0}, "concurrency"),
+        ({"rate_limit": "1/s", "burst": 0}, "burst"),
+    ],
+)
+def test_bad_task_limits_raise_at_the_decorator(
+    app: aioqueue.App, options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(aioqueue.ConfigError, match=message):
+
+        @app.task(queue="limited", **options)
+        async def send() -> None: ...

@@ -32,6 +32,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ..errors import ServerRefused, ServerUnavailable, describe
 from ..observers import JobWatchers
 from ..settings import WORKER_DEFAULTS, WorkerSettings, mask_url
+from ..store import limits as stored_limits
 from ..store import reads
 from ..store.keys import QueueKeys, TopicKeys
 from .aborts import AbortListener
@@ -166,6 +167,7 @@ class Worker:
         )  # fmt: skip
         queues = [QueueKeys.for_queue(app.settings.prefix, name) for name in self.settings.queues]
         for keys in queues:
+            await self._apply_declared_limits(redis, keys)
             self._add_queue(redis, keys)
         if self._serve_subscribers:
             for subscriber in app.subscribers.values():
@@ -203,6 +205,16 @@ class Worker:
             if await wait_event(self._stop_requested, pause):
                 return None
             pause = min(2 * pause, MAX_CONTACT_PAUSE)
+
+    async def _apply_declared_limits(self, redis: Redis, keys: QueueKeys) -> None:
+        """Write the limits a task of the queue declares, unless Redis has them already
+        (writing them restarts the rate's window)."""
+        declared = self.app.declared_limits(keys.name)
+        if declared is None:
+            return
+        if (await stored_limits.read(redis, keys)).to_fields() != declared.to_fields():
+            await stored_limits.write(redis, keys, declared)
+            logger.info("queue %s: limits %s, as its task declares", keys.name, declared.describe())
 
     def _add_queue(self, redis: Redis, keys: QueueKeys) -> None:
         """The components of one queue: its ack batcher, consumer, promoter and (unless

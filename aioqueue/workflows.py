@@ -12,13 +12,15 @@ side: a worker killed mid-workflow loses nothing.
 callback runs with every job's result, in order. ``Batch``: jobs whose callbacks run once
 all have settled, with their counts.
 
-All jobs of one workflow live on one queue (one Redis Cluster slot: the counts are
-updated atomically with each settlement).
+A workflow may span queues: a parent's counts live in its own queue's slot, updated
+atomically with each settlement there; a child on another queue hands its outcome off
+(``worker/handoff.py``), so no script ever touches two Cluster slots.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
@@ -168,86 +170,135 @@ async def flow_status(queue: Queue, job_id: str) -> FlowStatus:
 
 
 class _Tree:
-    """The jobs of one workflow, parents before children, as enqueue_linked.lua takes them."""
+    """The jobs of one workflow, parents before children, as enqueue_linked.lua takes them.
 
-    def __init__(self, queue: Queue) -> None:
-        self.queue = queue
-        self.jobs: list[LinkedJob] = []
-        self.parents: list[str] = []  # to seal once every child is written
+    Ids below the root are the root's with the path appended (``<root>/2/1``), so writing
+    the same tree again under its root's id (a retry after an unconfirmed write) writes
+    the same jobs, which are skipped where they exist: the write is idempotent across
+    queues too."""
+
+    def __init__(self) -> None:
+        self.jobs: list[tuple[Queue, LinkedJob]] = []
         self._seen: set[int] = set()
 
     def add_call(
         self,
         call: EnqueueCall[Any],
+        job_id: str | None,
         *,
-        parents: str = "",
-        index: int = 0,
-        parent: str = "",
+        parent: tuple[Queue, str, int] | None = None,
+        spec: str = "",
         inputs: str | None = None,
+        remote_children: int = 0,
         stack: contextlib.ExitStack | None = None,
     ) -> NewJob:
-        """Check and encode one job of the tree (raising, writing nothing, on bad input)."""
+        """Check and encode one job of the tree (raising, writing nothing, on bad input).
+        ``parent``: its parent's queue, id and its index there; ``spec``: if it is a
+        parent, its policy and whether it keeps its children's results."""
         if id(call) in self._seen:
             raise ConfigError("a workflow is a tree: the same call appears in it twice")
         self._seen.add(id(call))
         queue, options = call._queue, call._options
-        if queue is not self.queue:
-            raise ConfigError(
-                f"a workflow's jobs share one queue: {self.queue.name!r}, not {queue.name!r}"
-            )
         if options.debounce is not None:
             raise ConfigError("a workflow's job cannot be debounced")
         if options.id is not None and self.jobs:
             raise ConfigError("only a workflow's root may have an id (the others are generated)")
-        if options.group is not None and parent:
+        if options.group is not None and spec:
             raise ConfigError("a workflow's parent cannot have a group (its children can)")
+        if job_id is not None:
+            options = dataclasses.replace(options, id=job_id)
+        elif options.id is not None and (set(options.id) & set(" \t\r\n")):
+            raise ConfigError(f"a workflow's root id has no spaces: {options.id!r}")
         headers = None if stack is None else queue._observe(stack, call._task)
         new = queue._prepare(call._task, call._args, call._kwargs, options, headers, inputs)
-        self.jobs.append(LinkedJob(new, options.group or "", parents, index, parent))
-        if parent:
-            self.parents.append(new.id)
+        parent_queue, parent_id, index = parent or (queue, "", 0)
+        linked = LinkedJob(
+            new, options.group or "", parent_id, index, spec,
+            "" if parent_queue is queue else parent_queue.name, remote_children,
+        )  # fmt: skip
+        self.jobs.append((queue, linked))
         return new
 
-    def add_barrier(self, job_id: str, *, parents: str, parent: str) -> None:
+    def add_barrier(self, queue: Queue, job_id: str, *, parents: str) -> None:
         """A parent with no task (a batch): it completes once its children have settled."""
         index = 1 if parents else 0
-        self.jobs.append(LinkedJob(NewJob(job_id, b"", 0), "", parents, index, parent))
-        self.parents.append(job_id)
+        self.jobs.append((queue, LinkedJob(NewJob(job_id, b"", 0), "", parents, index, "i0")))
 
     def add_flow(self, root: Flow[Any], stack: contextlib.ExitStack | None) -> str:
         """Every job of the flow ``root``, breadth first; the root's id."""
         root_id = ""
-        pending: deque[tuple[Flow[Any] | EnqueueCall[Any], str, int]] = deque([(root, "", 0)])
+        pending: deque[tuple[Flow[Any] | EnqueueCall[Any], tuple[Queue, str, int] | None]]
+        pending = deque([(root, None)])
         while pending:
-            node, parents, index = pending.popleft()
+            node, parent = pending.popleft()
+            job_id = None if parent is None else f"{parent[1]}/{parent[2]}"
             if isinstance(node, Flow):
+                queue = node.call._queue
+                remote = sum(_queue_of(child) is not queue for child in node.children)
                 new = self.add_call(
-                    node.call, parents=parents, index=index, parent=node.policy + "1",
-                    inputs=node.inputs, stack=stack,
+                    node.call, job_id, parent=parent, spec=node.policy + "1", inputs=node.inputs,
+                    remote_children=remote, stack=stack,
                 )  # fmt: skip
-                pending.extend((child, new.id, i) for i, child in enumerate(node.children, 1))
+                pending.extend(
+                    (child, (queue, new.id, i)) for i, child in enumerate(node.children, 1)
+                )
             else:
-                new = self.add_call(node, parents=parents, index=index, stack=stack)
+                new = self.add_call(node, job_id, parent=parent, stack=stack)
             root_id = root_id or new.id
         return root_id
 
-    async def write(self) -> list[bool]:
-        """Write the tree; whether each job was created (False: its id existed)."""
+    def _runs(self) -> list[tuple[Queue, list[LinkedJob]]]:
+        """The jobs in order, cut where the queue changes: one call per run."""
+        runs: list[tuple[Queue, list[LinkedJob]]] = []
+        for queue, linked in self.jobs:
+            if runs and runs[-1][0] is queue:
+                runs[-1][1].append(linked)
+            else:
+                runs.append((queue, [linked]))
+        return runs
+
+    async def write(self) -> bool:
+        """Write the tree; whether its root was created (False: it existed, and so does
+        the tree: nothing more is written once the root is found sealed)."""
+        runs = self._runs()
+        seals: dict[Queue, list[str]] = {}
+        for queue, linked in self.jobs:
+            if linked.parent:
+                seals.setdefault(queue, []).append(linked.job.id)
         try:
-            results = await self.queue._write_linked(self.jobs, self.parents)
+            if len(runs) == 1:  # one queue: one call, sealed with it
+                [(queue, jobs)] = runs
+                return (await queue._write_linked(jobs, seals.get(queue, [])))[0].created
+            created = True
+            for number, (queue, jobs) in enumerate(runs):
+                results = await queue._write_linked(jobs)
+                if number == 0:
+                    created = results[0].created
+                    if not created and not await _unsealed(queue, jobs[0].job.id):
+                        return False
+            for queue, parents in seals.items():
+                await queue._write_linked([], parents)
         except RedisError as exc:
-            ids = [linked.job.id for linked in self.jobs]
-            raise self.queue._failure(exc, ids) from exc
-        return [result.created for result in results]
+            queue = self.jobs[0][0]
+            raise queue._failure(exc, [linked.job.id for _, linked in self.jobs]) from exc
+        return created
+
+
+def _queue_of(node: Flow[Any] | EnqueueCall[Any]) -> Queue:
+    return node.call._queue if isinstance(node, Flow) else node._queue
+
+
+async def _unsealed(queue: Queue, job_id: str) -> bool:
+    return await reads.unsealed(await queue._host.client(), queue.keys, job_id)
 
 
 async def _submit(root: Flow[R]) -> Workflow[R]:
     queue = root.call._queue
-    tree = _Tree(queue)
+    tree = _Tree()
     with contextlib.ExitStack() as stack:
         root_id = tree.add_flow(root, stack if queue._host.observers else None)
         created = await tree.write()
-    return Workflow(queue, Job(queue, root_id, created=created[0]))
+    return Workflow(queue, Job(queue, root_id, created=created))
 
 
 # -- batches -------------------------------------------------------------------------------
@@ -322,20 +373,23 @@ class Batch:
         """Write the batch (``async with`` does this on exit): callbacks, then the jobs."""
         if self._written:
             return
-        tree = _Tree(self.queue)
-        on_complete, on_success = self._callbacks
+        tree, queue = _Tree(), self.queue
         parents = []
         with contextlib.ExitStack() as stack:
-            observed = stack if self.queue._host.observers else None
-            for callback, policy in ((on_complete, "i1"), (on_success, "f1")):
+            observed = stack if queue._host.observers else None
+            callbacks = zip(self._callbacks, (("i1", "complete"), ("f1", "success")), strict=True)
+            for callback, (spec, name) in callbacks:
                 if callback is not None:
                     new = tree.add_call(
-                        _without_id(callback), parent=policy, inputs="summary", stack=observed
-                    )
+                        _without_id(callback), f"{self.id}/{name}", spec=spec, inputs="summary",
+                        stack=observed,
+                    )  # fmt: skip
                     parents.append(new.id)
-            tree.add_barrier(self.id, parents=" ".join(parents), parent="i0")
+            tree.add_barrier(queue, self.id, parents=" ".join(parents))
             for index, call in enumerate(self._calls, 1):
-                tree.add_call(call, parents=self.id, index=index, stack=observed)
+                tree.add_call(
+                    call, f"{self.id}/{index}", parent=(queue, self.id, index), stack=observed
+                )
             await tree.write()
         self._written = True
 

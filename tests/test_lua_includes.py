@@ -62,7 +62,9 @@ def test_every_snippet_is_shared(snippet: str) -> None:
 
 def test_scripts_that_publish_have_a_cluster_build_with_sharded_pub_sub() -> None:
     publishing = {script.name for script in scripts.ALL_SCRIPTS if "'PUBLISH'" in script.source}
-    assert publishing == {"ack", "cancel", "channel_post", "enqueue_linked", "reclaim", "topic_ack"}
+    assert publishing == {
+        "ack", "cancel", "channel_post", "deliver", "enqueue_linked", "reclaim", "topic_ack",
+    }  # fmt: skip
     for script in scripts.ALL_SCRIPTS:
         sharded = script.sharded
         assert "'SPUBLISH'" not in script.source and "'PUBLISH'" not in sharded.source

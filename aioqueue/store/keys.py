@@ -24,6 +24,8 @@ Roles:
   group:<g>   LIST  ids of the jobs waiting behind group g, in enqueue order
   inputs:<id> HASH  a workflow parent's children that finished: their index -> "c" (complete)
               or "f" (failed), followed by the result or error JSON if the parent keeps them
+  handoff     ZSET  outcomes of this queue's jobs for parents on other queues, waiting to
+              be delivered there (a worker's HandOff: deliver.lua, then ZREM)
   job:<id>    HASH  the job record (fields: see records.py)
   done:<w>:<g>:<s> HASH completed jobs that returned nothing, id -> "": no record each (a
               key costs ~190 B however small) but a field in one of DONE_SLOTS small
@@ -171,9 +173,14 @@ class QueueKeys:
     def inputs(self, parent_id: str) -> str:
         return f"{self.base}:inputs:{parent_id}"
 
+    @property
+    def handoff(self) -> str:
+        """ZSET of outcomes waiting to be delivered to parents on other queues."""
+        return f"{self.base}:handoff"
+
     def links(self) -> list[str]:
         """The keys of include/links.lua, in the order the scripts declare them."""
-        return [self.groups, self.group_prefix, self.inputs_prefix]
+        return [self.groups, self.group_prefix, self.inputs_prefix, self.handoff]
 
     @property
     def rate(self) -> str:

@@ -60,6 +60,11 @@ async def inputs(redis: Redis, prefix: str, queue: str, job_id: bytes) -> dict[b
     return cast("dict[bytes, bytes]", await redis.hgetall(key))
 
 
+async def unsealed(redis: Redis, keys: QueueKeys, job_id: str) -> bool:
+    """Whether a workflow's parent still waits for children to be written (field pu)."""
+    return bool(await redis.hexists(keys.job(job_id), Field.UNSEALED.decode()))
+
+
 async def flow_counts(redis: Redis, keys: QueueKeys, job_id: str) -> list[bytes | None]:
     """A parent's state and child counts: s, pt, pd, ok, ko (records.Field)."""
     fields = (Field.STATE, Field.CHILDREN, Field.CHILDREN_PENDING, Field.CHILDREN_COMPLETE)

@@ -232,6 +232,30 @@ class LinkedJob(NamedTuple):
     parents: str = ""  # the ids of its parents, space-separated
     position: int = 0  # its place among its parents' children (1-based)
     parent: str = ""  # if it is a parent: its policy ('f' or 'i') and '1' to keep inputs
+    parent_queue: str = ""  # its parents' queue, if not its own (outcome handed off there)
+    remote_children: int = 0  # if it is a parent: how many of its children are elsewhere
+
+
+class HandedOff(NamedTuple):
+    """A child's outcome waiting in its queue's handoff ZSET for its parents' queue."""
+
+    entry: bytes  # the ZSET member, as read (removed once delivered)
+    parent_queue: str
+    parents: bytes  # their ids, space-separated
+    position: bytes  # the child's index among its parents' children
+    outcome: bytes  # b"c" or b"f", then the result or error JSON
+
+    @classmethod
+    def parse(cls, entry: bytes) -> HandedOff | None:
+        """The fields of a member (lua/include/links.lua's hand_off); None if malformed."""
+        parts = entry.split(b"\n", 3)
+        if len(parts) != 4 or not parts[3]:
+            return None
+        try:
+            queue = parts[0].decode()
+        except UnicodeDecodeError:
+            return None
+        return cls(entry, queue, parts[1], parts[2], parts[3])
 
 
 class Enqueued(NamedTuple):

@@ -21,6 +21,7 @@ from .records import (
     CancelCode,
     Enqueued,
     Extended,
+    HandedOff,
     LinkedJob,
     NewJob,
     Promoted,
@@ -65,12 +66,13 @@ _TOPIC_RECLAIM = Script("topic_reclaim")
 _TOPIC_EXTEND = Script("topic_extend")
 _DEBOUNCE = Script("debounce")
 _ENQUEUE_LINKED = Script("enqueue_linked")
+_DELIVER = Script("deliver")
 
 ALL_SCRIPTS = (
     _ENQUEUE, _TAKE, _PROMOTE, _ACK, _RECLAIM, _EXTEND, _CANCEL, _REQUEUE, _PURGE,
     _RESCHEDULE, _TRIM_DEAD, _RECONCILE, _PROGRESS, _CHANNEL_POST, _CHANNEL_COMMIT,
     _CHANNEL_JOIN, _CHANNEL_LEAVE, _RESUME, _TOPIC_PUBLISH, _TOPIC_ACK, _TOPIC_RECLAIM,
-    _TOPIC_EXTEND, _DEBOUNCE, _ENQUEUE_LINKED,
+    _TOPIC_EXTEND, _DEBOUNCE, _ENQUEUE_LINKED, _DELIVER,
 )  # fmt: skip
 
 
@@ -81,7 +83,7 @@ async def load_all(redis: Redis) -> None:
 
 
 CODES: dict[str, dict[int, str]] = {
-    "ack": {1: "settled", -2: "lease_lost"},
+    "ack": {1: "settled", 3: "handed_off", -2: "lease_lost"},
     "cancel": {1: "cancelled", 2: "aborting", 0: "too_late", -1: "not_found"},
     "reschedule": {1: "rescheduled", 0: "not_scheduled", -1: "not_found"},
 }
@@ -93,6 +95,7 @@ def _meaning(script: str, code: Any) -> str:
 
 
 _LEASE_LOST = next(code for code, meaning in CODES["ack"].items() if meaning == "lease_lost")
+_HANDED_OFF = next(code for code, meaning in CODES["ack"].items() if meaning == "handed_off")
 
 
 # -- enqueue -------------------------------------------------------------------------
@@ -248,6 +251,7 @@ async def enqueue_linked(
             job = linked.job
             args += (job.id, job.payload, job.priority, job.max_attempts, job.delay_ms)
             args += (job.due_ms, linked.group, linked.parents, linked.position, linked.parent)
+            args += (linked.parent_queue, linked.remote_children)
         parts = [*head, *map(_arg_bytes, args)]
         commands.append(wire.array(len(parts)) + wire.bulk(*parts))
     replicas = max((linked.job.replicas for linked in jobs), default=0)
@@ -263,6 +267,20 @@ def _arg_bytes(arg: Arg) -> bytes:
     if isinstance(arg, bytes):
         return arg
     return (arg if isinstance(arg, str) else str(arg)).encode()
+
+
+async def deliver(
+    redis: Redis, keys: QueueKeys, outcomes: Sequence[HandedOff], *, result_ttl_ms: int
+) -> int:
+    """Count, in their parents' queue ``keys``, outcomes handed off by other queues."""
+    args: list[Arg] = [result_ttl_ms, keys.settled_channel]
+    for outcome in outcomes:
+        args += (outcome.parents, outcome.position, outcome.outcome)
+    script_keys = [
+        keys.job_prefix, keys.notify, keys.schedule, keys.schedule_wake, *keys.links(),
+        *keys.ready_lists(),
+    ]  # fmt: skip
+    return int(await _DELIVER(redis, script_keys, args))
 
 
 def _pack_wait(replicas: int, timeout: float) -> bytes:
@@ -389,11 +407,13 @@ async def ack(
     kept_ms: int | None = None,
     keep_payload: bool = False,
     history_ms: int = 0,
+    on_handoff: Callable[[], None] | None = None,
 ) -> list[bool]:
     """Settle a batch; True per job settled, False where the lease was lost. A complete
     job with no result is kept ``kept_ms`` (default: ``result_ttl_ms``), its payload only
     with ``keep_payload``. Outcomes are counted per minute for ``history_ms``, and the
-    jobs that finished announced on the queue's settled channel."""
+    jobs that finished announced on the queue's settled channel. ``on_handoff`` is called
+    if an outcome was handed off to a parent on another queue (to deliver it soon)."""
     head: list[Arg] = [
         result_ttl_ms,
         result_ttl_ms if kept_ms is None else kept_ms,
@@ -419,6 +439,8 @@ async def ack(
         ],
         args,
     )  # fmt: skip
+    if on_handoff is not None and _HANDED_OFF in codes:
+        on_handoff()
     return [int(code) != _LEASE_LOST for code in codes]  # one code per job: hot
 
 

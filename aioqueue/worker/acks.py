@@ -22,7 +22,7 @@ from ..store import scripts
 from .loops import RETRY_PAUSE, Component
 
 if TYPE_CHECKING:
-    from collections.abc import Coroutine, Sequence
+    from collections.abc import Callable, Coroutine, Sequence
 
     from redis.asyncio import Redis
 
@@ -164,6 +164,7 @@ class AckBatcher(Batcher):
         self.keys, self._result_ttl_ms = keys, result_ttl_ms
         self._kept_ms, self._keep_payload = kept_ms, keep_payload
         self.history_ms = history_ms
+        self.on_handoff: Callable[[], None] | None = None  # an outcome to deliver elsewhere
 
     async def report_progress(self, taken: Taken, data: bytes) -> bool:
         if taken.id not in self.held:
@@ -174,4 +175,5 @@ class AckBatcher(Batcher):
         return await scripts.ack(
             self.redis, self.keys, batch, result_ttl_ms=self._result_ttl_ms,
             kept_ms=self._kept_ms, keep_payload=self._keep_payload, history_ms=self.history_ms,
+            on_handoff=self.on_handoff,
         )  # fmt: skip

@@ -38,6 +38,7 @@ from ..store.keys import QueueKeys, TopicKeys
 from .aborts import AbortListener
 from .acks import AckBatcher
 from .consumer import QueueConsumer, StrictOrder
+from .handoff import HandOff
 from .heartbeat import Heartbeat
 from .inflight import InFlight
 from .leases import LeaseKeeper
@@ -263,7 +264,13 @@ class Worker:
     def _background_components(self, redis: Redis, queues: list[QueueKeys]) -> list[Component]:
         settings, app_settings = self.settings, self.app.settings
         inflight = self._inflight
+        handoff = HandOff(
+            redis, app_settings.prefix, queues, result_ttl_ms=app_settings.result_ttl_ms
+        )
+        for acks in self._acks:
+            acks.on_handoff = handoff.wake.set
         return [
+            handoff,
             LeaseKeeper(
                 self._acks, lease_ms=settings.lease_ms, reclaim_interval=settings.reclaim_interval,
                 default_max_attempts=app_settings.default_max_attempts,

@@ -16,6 +16,7 @@ KEYS[18]     history_prefix       prefix of the history hashes (include/history.
 KEYS[19]     groups         HASH  group -> id of the job that holds it (include/links.lua)
 KEYS[20]     group_prefix         prefix of the groups' waiting lists
 KEYS[21]     inputs_prefix        prefix of the parents' inputs hashes
+KEYS[22]     handoff        ZSET  outcomes for parents on other queues, to deliver there
 ARGV[1] result_ttl_ms  how long finished records with a result or an error are kept; 0
                        deletes them
 ARGV[2] kept_ms        how long a complete job with no result (None) is remembered: the
@@ -42,7 +43,8 @@ ARGV[6] format         'json': ARGV[7] is one JSON array of [id, lease, outcome,
 A job that finishes for good sets off its links (include/links.lua): the next job of
 its group, its parents' counts.
 
-Returns one code per job: 1 settled, -2 lease not held.
+Returns one code per job: 1 settled, 3 settled and its outcome handed off (a parent on
+another queue waits for it: the worker delivers it), -2 lease not held.
 ]]
 -- @include clock
 -- @include done
@@ -61,7 +63,8 @@ local counts, finished = {}, {} -- outcome code -> n; ids of jobs that finished
 local L = {
   job_prefix = job_prefix, ready = READY, notify = notify, schedule = schedule,
   schedule_wake = schedule_wake, groups = KEYS[19], group_prefix = KEYS[20],
-  inputs_prefix = KEYS[21], now = now, result_ttl_ms = result_ttl_ms, finished = finished,
+  inputs_prefix = KEYS[21], handoff = KEYS[22], now = now, result_ttl_ms = result_ttl_ms,
+  finished = finished,
 }
 
 -- The history code of each outcome, and whether the job is finished by it.
@@ -111,7 +114,7 @@ end
 
 local function settle(id, lease, outcome, data, delay_ms)
   local key = job_prefix .. id
-  local record = redis.call('HMGET', key, 's', 'w', 'g', 'pa', 'pi', 'pt')
+  local record = redis.call('HMGET', key, 's', 'w', 'g', 'pa', 'pi', 'pt', 'pq')
   if not record[1] then -- settled before, and its record went (no result kept, or ttl 0)
     redis.call('ZREM', active, id)
     return 1
@@ -144,7 +147,10 @@ local function settle(id, lease, outcome, data, delay_ms)
   if FINAL[outcome] then
     finished[#finished + 1] = id
     if record[3] or record[4] or record[6] then
-      follow_links(L, id, outcome == 'complete', data, record[3], record[4], record[5], record[6])
+      L.handed_off = false
+      follow_links(L, id, outcome == 'complete', data, record[3], record[4], record[5], record[6],
+        record[7])
+      if L.handed_off then return 3 end
     end
   end
   return 1

@@ -17,7 +17,8 @@ KEYS[5]      schedule_wake  LIST  at most one token for pollers
 KEYS[6]      groups         HASH  group -> id of the job that holds it
 KEYS[7]      group_prefix         prefix of the groups' waiting lists
 KEYS[8]      inputs_prefix        prefix of the parents' inputs hashes
-KEYS[9..18]  ready          LIST  ready lists of priorities 0..9
+KEYS[9]      handoff        ZSET  outcomes for parents on other queues, to deliver there
+KEYS[10..19] ready          LIST  ready lists of priorities 0..9
 ARGV[1] id
 ARGV[2] result_ttl_ms  how long a cancelled scheduled record is kept (0: deleted). A
                        queued one keeps its record until take skips its ready entry.
@@ -35,7 +36,7 @@ local schedule, skips = KEYS[2], KEYS[3]
 local id, result_ttl_ms, abort_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local job = KEYS[1] .. id
 
-local record = redis.call('HMGET', job, 's', 'g', 'pa', 'pi', 'pt')
+local record = redis.call('HMGET', job, 's', 'g', 'pa', 'pi', 'pt', 'pq')
 local state = record[1]
 if not state then return {-1, ''} end
 if state == 'active' then
@@ -56,10 +57,10 @@ else -- no entry left anywhere (a group's list skips it): the record may expire 
 end
 local finished = {id}
 local L = {
-  job_prefix = KEYS[1], ready = 9, notify = KEYS[4], schedule = schedule,
+  job_prefix = KEYS[1], ready = 10, notify = KEYS[4], schedule = schedule,
   schedule_wake = KEYS[5], groups = KEYS[6], group_prefix = KEYS[7], inputs_prefix = KEYS[8],
-  now = now, result_ttl_ms = result_ttl_ms, finished = finished,
+  handoff = KEYS[9], now = now, result_ttl_ms = result_ttl_ms, finished = finished,
 }
-follow_links(L, id, false, reason, record[2], record[3], record[4], record[5])
+follow_links(L, id, false, reason, record[2], record[3], record[4], record[5], record[6])
 announce_settled(ARGV[4], finished)
 return {1, 'cancelled'}

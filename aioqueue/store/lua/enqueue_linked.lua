@@ -20,18 +20,23 @@ KEYS[5]      done_prefix          prefix of the done hashes (include/done.lua)
 KEYS[6]      groups         HASH  group -> id of the job that holds it
 KEYS[7]      group_prefix         prefix of the groups' waiting lists
 KEYS[8]      inputs_prefix        prefix of the parents' inputs hashes (include/links.lua)
-KEYS[9..18]  ready          LIST  ready lists of priorities 0..9
+KEYS[9]      handoff        ZSET  outcomes for parents on other queues (include/links.lua)
+KEYS[10..19] ready          LIST  ready lists of priorities 0..9
 ARGV[1]      count          jobs in this call
 ARGV[2]      span_ms        the idempotency window of completed jobs with no result
 ARGV[3]      seal           ids of parents to seal after this call's jobs (space-separated)
 ARGV[4]      result_ttl_ms  how long a barrier's record is kept once it completes
 ARGV[5]      settled        the queue's settled channel: barriers completed by the seal are
                             announced there
-ARGV[6..]    ten per job: id, payload ('' for a barrier: a parent with no task), priority,
-             max_attempts, delay_ms, due_ms (as in enqueue.lua), group ('' for none),
-             parents (ids, space-separated; '' for none), index (its place among its
+ARGV[6..]    twelve per job: id, payload ('' for a barrier: a parent with no task),
+             priority, max_attempts, delay_ms, due_ms (as in enqueue.lua), group ('' for
+             none), parents (ids, space-separated; '' for none), index (its place among its
              parents' children), parent ('' if it is not one; else its policy and whether
-             it keeps its children's results: 'f1', 'f0', 'i1' or 'i0')
+             it keeps its children's results: 'f1', 'f0', 'i1' or 'i0'), parents' queue
+             ('' if they are on this queue; else their queue, where they are counted: a
+             child's outcome is handed off there), remote children (how many of a
+             parent's children are on other queues: counted now, as they cannot be when
+             they are written)
 
 Returns {created_1, state_1, created_2, ...} as enqueue.lua does; a child not written
 because a parent of it is sealed already (its workflow was written before) says 'sealed'.
@@ -45,9 +50,10 @@ local job_prefix, done_prefix, groups = KEYS[4], KEYS[5], KEYS[6]
 local count, span_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
 local now = redis_clock()
 local L = {
-  job_prefix = job_prefix, ready = 9, notify = notify, schedule = schedule,
+  job_prefix = job_prefix, ready = 10, notify = notify, schedule = schedule,
   schedule_wake = schedule_wake, groups = groups, group_prefix = KEYS[7],
-  inputs_prefix = KEYS[8], now = now, result_ttl_ms = tonumber(ARGV[4]), finished = {},
+  inputs_prefix = KEYS[8], handoff = KEYS[9], now = now, result_ttl_ms = tonumber(ARGV[4]),
+  finished = {},
 }
 local LIVE = {queued = true, scheduled = true, active = true, waiting = true}
 local out = {}
@@ -77,14 +83,17 @@ local function unsealed(parents)
 end
 
 for i = 1, count do
-  local base = i * 10 - 4
+  local base = i * 12 - 6
   local id, payload, priority = ARGV[base], ARGV[base + 1], ARGV[base + 2]
   local delay_ms, due_ms = tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5])
   local group, parents, parent = ARGV[base + 6], ARGV[base + 7], ARGV[base + 9]
+  local parent_queue, remote_children = ARGV[base + 10], tonumber(ARGV[base + 11])
   local key = job_prefix .. id
   local existing = redis.call('HGET', key, 's')
   if not existing and is_done(done_prefix, id, now, span_ms) then existing = 'complete' end
-  if not existing and parents ~= '' and not unsealed(parents) then existing = 'sealed' end
+  if not existing and parents ~= '' and parent_queue == '' and not unsealed(parents) then
+    existing = 'sealed'
+  end
   if existing then
     out[2 * i - 1], out[2 * i] = 0, existing
   else
@@ -97,15 +106,19 @@ for i = 1, count do
     if due > now then redis.call('HSET', key, 'du', due) end
     if parents ~= '' then
       redis.call('HSET', key, 'pa', parents, 'pi', ARGV[base + 8])
-      for p in string.gmatch(parents, '%S+') do
-        redis.call('HINCRBY', job_prefix .. p, 'pd', 1)
-        redis.call('HINCRBY', job_prefix .. p, 'pt', 1)
+      if parent_queue ~= '' then
+        redis.call('HSET', key, 'pq', parent_queue)
+      else
+        for p in string.gmatch(parents, '%S+') do
+          redis.call('HINCRBY', job_prefix .. p, 'pd', 1)
+          redis.call('HINCRBY', job_prefix .. p, 'pt', 1)
+        end
       end
     end
     local state = 'waiting'
     if parent ~= '' then -- it waits for its children (and is sealed once all are written)
       redis.call('HSET', key, 'pk', string.sub(parent, 1, 1), 'pv', string.sub(parent, 2, 2),
-        'pd', 0, 'pt', 0, 'pu', 1)
+        'pd', remote_children, 'pt', remote_children, 'pu', 1)
     elseif group == '' or not behind_group(group, id) then
       make_ready(L, id, key, priority, due > now and due or nil)
       state = due > now and 'scheduled' or 'queued'

@@ -14,6 +14,7 @@ KEYS[17]     schedule_wake LIST at most one token for pollers
 KEYS[18]     groups      HASH  group -> id of the job that holds it (include/links.lua)
 KEYS[19]     group_prefix      prefix of the groups' waiting lists
 KEYS[20]     inputs_prefix     prefix of the parents' inputs hashes
+KEYS[21]     handoff     ZSET  outcomes for parents on other queues, to deliver there
 ARGV[1] limit                  max jobs per call
 ARGV[2] default_max_attempts   for jobs enqueued without their own maximum (m = 0); a
                                job with m < 0 retries forever and is never buried here
@@ -39,7 +40,7 @@ local finished = {}
 local L = {
   job_prefix = job_prefix, ready = READY, notify = notify, schedule = KEYS[16],
   schedule_wake = KEYS[17], groups = KEYS[18], group_prefix = KEYS[19], inputs_prefix = KEYS[20],
-  now = now, result_ttl_ms = result_ttl_ms, finished = finished,
+  handoff = KEYS[21], now = now, result_ttl_ms = result_ttl_ms, finished = finished,
 }
 
 local expired = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, limit)
@@ -49,7 +50,8 @@ for i = 1, #expired do
   local id = expired[i]
   local key = job_prefix .. id
   redis.call('ZREM', active, id)
-  local record = redis.call('HMGET', key, 's', 'n', 'm', 'pr', 'ab', 'p', 'g', 'pa', 'pi', 'pt')
+  local record = redis.call('HMGET', key, 's', 'n', 'm', 'pr', 'ab', 'p', 'g', 'pa', 'pi', 'pt',
+    'pq')
   if record[1] == 'active' and record[5] then
     local reason = error_json('JobCancelled', 'aborted while running (its worker was lost)')
     redis.call('HDEL', key, 'w')
@@ -57,7 +59,8 @@ for i = 1, #expired do
     expire_record(key, result_ttl_ms)
     buried = buried + 1
     finished[#finished + 1] = id
-    follow_links(L, id, false, reason, record[7], record[8], record[9], record[10])
+    follow_links(L, id, false, reason, record[7], record[8], record[9], record[10],
+      record[11])
   elseif record[1] == 'active' then
     local attempts = tonumber(record[2] or 0) or 0
     local max = tonumber(record[3] or 0) or 0
@@ -70,7 +73,8 @@ for i = 1, #expired do
       redis.call('ZADD', dead, now, id)
       buried = buried + 1
       finished[#finished + 1] = id
-      follow_links(L, id, false, reason, record[7], record[8], record[9], record[10])
+      follow_links(L, id, false, reason, record[7], record[8], record[9], record[10],
+      record[11])
       local n = #out
       out[n + 1], out[n + 2], out[n + 3], out[n + 4] = id, record[6] or '', attempts, max
     else

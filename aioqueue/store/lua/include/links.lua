@@ -6,7 +6,7 @@
 --     finishes for good, the next waiting job becomes the holder and is made ready.
 --   workflow (fields pa, pi): a child counts in each parent named in pa (space-separated
 --     ids), once, under its index pi (an HSETNX into the parent's inputs hash, so a re-run
---     child never counts twice). A parent (state 'waiting', pd children pending, pk its
+--     child never counts twice); parents on another queue (pq) hear of it by hand-off. A parent (state 'waiting', pd children pending, pk its
 --     policy: 'f' a failed child fails it, 'i' it runs anyway; pv 1: keep the children's
 --     results as its inputs) is released once it is sealed (no pu) and nothing is pending:
 --     made ready to run with its inputs, or, a barrier (a batch: no payload), completed at
@@ -15,8 +15,9 @@
 -- are skipped as they come), a parent's count is one HINCRBY.
 --
 -- L, the caller's keys and values: job_prefix, ready (index in KEYS of the ready list of
--- priority 0), notify, schedule, schedule_wake, groups, group_prefix, inputs_prefix, now,
--- result_ttl_ms, finished (a list: ids to announce on the settled channel).
+-- priority 0), notify, schedule, schedule_wake, groups, group_prefix, inputs_prefix,
+-- handoff, now, result_ttl_ms, finished (a list: ids to announce on the settled channel);
+-- handed_off is set when an outcome went to the handoff ZSET.
 -- @include ready
 -- @include record
 -- @include schedule
@@ -54,43 +55,61 @@ local function pass_group(L, group, id)
   end
 end
 
+-- A child's outcome for parents on another queue (field pq: their queue) cannot be
+-- counted here (another Cluster slot): it waits in this queue's handoff ZSET until a
+-- worker delivers it there (deliver.lua, which counts it as report_to_parents does) and
+-- removes it. Delivery is idempotent: a parent counts each child index once.
+local function hand_off(L, parent_queue, parents, index, ok, data)
+  local entry = parent_queue .. '\n' .. parents .. '\n' .. index .. '\n' .. (ok and 'c' or 'f') .. data
+  redis.call('ZADD', L.handoff, L.now, entry)
+  L.handed_off = true
+end
+
 -- A parent finishes without running: failed by a child, or a barrier whose children all
--- settled. Its inputs go; its own parents hear of it (the caller's work list).
-local function close_parent(L, id, key, state, field, data, work, ok, parents, index)
+-- settled. Its inputs go; its own parents (`up`: their ids, its index, their queue if
+-- another) hear of it, through the caller's work list.
+local function close_parent(L, id, key, state, field, data, work, ok, up)
   redis.call('HSET', key, 's', state, field, data, 'ft', L.now)
   expire_record(key, L.result_ttl_ms)
   redis.call('DEL', L.inputs_prefix .. id)
   L.finished[#L.finished + 1] = id
-  if parents then work[#work + 1] = {parents, index, ok, data} end
+  if up[1] then work[#work + 1] = {up[1], up[2], ok, data, up[3]} end
 end
 
 -- The child at `index` of each parent in `parents` finished: ok or not, with `data` (its
--- result or error JSON). Barriers completed on the way report to their parents in turn.
-local function report_to_parents(L, parents, index, ok, data)
-  local work = {{parents, index, ok, data}}
+-- result or error JSON). Barriers completed on the way report to their parents in turn;
+-- `parent_queue` set: the parents are on another queue (hand_off).
+local function report_to_parents(L, parents, index, ok, data, parent_queue)
+  local work = {{parents, index, ok, data, parent_queue}}
   while #work > 0 do
     local item = table.remove(work)
-    for parent in string.gmatch(item[1], '%S+') do
-      local key = L.job_prefix .. parent
-      local p = redis.call('HMGET', key, 's', 'pk', 'pu', 'pa', 'pi', 'p', 'pr', 'du', 'pv')
-      local value = item[3] and 'c' or 'f'
-      if p[9] == '1' then value = value .. item[4] end
-      if p[1] == 'waiting' and redis.call('HSETNX', L.inputs_prefix .. parent, item[2], value) == 1 then
-        local pending = redis.call('HINCRBY', key, 'pd', -1)
-        redis.call('HINCRBY', key, item[3] and 'ok' or 'ko', 1)
-        if not item[3] and p[2] == 'f' then
-          local message = 'child ' .. item[2] .. ' of ' .. parent .. ' failed'
-          close_parent(L, parent, key, 'failed', 'e', error_json('ChildFailed', message), work,
-            false, p[4], p[5])
-        elseif pending <= 0 and not p[3] then
-          if p[6] then -- a parent with a task: it runs now
-            make_ready(L, parent, key, p[7], tonumber(p[8]))
-          else -- a barrier: complete, with its counts
-            local counts = redis.call('HMGET', key, 'ok', 'ko')
-            local good, bad = tonumber(counts[1] or 0), tonumber(counts[2] or 0)
-            local summary = string.format('{"total":%d,"succeeded":%d,"failed":%d}',
-              good + bad, good, bad)
-            close_parent(L, parent, key, 'complete', 'r', summary, work, bad == 0, p[4], p[5])
+    if item[5] then
+      hand_off(L, item[5], item[1], item[2], item[3], item[4])
+    else
+      for parent in string.gmatch(item[1], '%S+') do
+        local key = L.job_prefix .. parent
+        local p = redis.call('HMGET', key, 's', 'pk', 'pu', 'pa', 'pi', 'p', 'pr', 'du', 'pv', 'pq')
+        local value = item[3] and 'c' or 'f'
+        if p[9] == '1' then value = value .. item[4] end
+        local inputs = L.inputs_prefix .. parent
+        if p[1] == 'waiting' and redis.call('HSETNX', inputs, item[2], value) == 1 then
+          local pending = redis.call('HINCRBY', key, 'pd', -1)
+          redis.call('HINCRBY', key, item[3] and 'ok' or 'ko', 1)
+          if not item[3] and p[2] == 'f' then
+            local message = 'child ' .. item[2] .. ' of ' .. parent .. ' failed'
+            close_parent(L, parent, key, 'failed', 'e', error_json('ChildFailed', message), work,
+              false, {p[4], p[5], p[10]})
+          elseif pending <= 0 and not p[3] then
+            if p[6] then -- a parent with a task: it runs now
+              make_ready(L, parent, key, p[7], tonumber(p[8]))
+            else -- a barrier: complete, with its counts
+              local counts = redis.call('HMGET', key, 'ok', 'ko')
+              local good, bad = tonumber(counts[1] or 0), tonumber(counts[2] or 0)
+              local summary = string.format('{"total":%d,"succeeded":%d,"failed":%d}',
+                good + bad, good, bad)
+              close_parent(L, parent, key, 'complete', 'r', summary, work, bad == 0,
+                {p[4], p[5], p[10]})
+            end
           end
         end
       end
@@ -102,22 +121,23 @@ end
 local function seal_parent(L, parent)
   local key = L.job_prefix .. parent
   if redis.call('HDEL', key, 'pu') == 0 then return end
-  local p = redis.call('HMGET', key, 's', 'pd', 'p', 'pr', 'du', 'pa', 'pi')
+  local p = redis.call('HMGET', key, 's', 'pd', 'p', 'pr', 'du', 'pa', 'pi', 'pq')
   if p[1] ~= 'waiting' or tonumber(p[2] or 0) > 0 then return end
   if p[3] then
     make_ready(L, parent, key, p[4], tonumber(p[5]))
   else
     local work = {}
     close_parent(L, parent, key, 'complete', 'r', '{"total":0,"succeeded":0,"failed":0}',
-      work, true, p[6], p[7])
-    if #work > 0 then report_to_parents(L, work[1][1], work[1][2], true, work[1][4]) end
+      work, true, {p[6], p[7], p[8]})
+    local up = work[1]
+    if up then report_to_parents(L, up[1], up[2], true, up[4], up[5]) end
   end
 end
 
 -- A job finished for good (`ok`: it completed), with `data` (result or error JSON). `g`,
--- `pa`, `pi`, `pt` are its record's fields (read by the caller with the rest).
-local function follow_links(L, id, ok, data, g, pa, pi, pt)
+-- `pa`, `pi`, `pt`, `pq` are its record's fields (read by the caller with the rest).
+local function follow_links(L, id, ok, data, g, pa, pi, pt, pq)
   if g then pass_group(L, g, id) end
   if pt then redis.call('DEL', L.inputs_prefix .. id) end -- a parent that ran: inputs used
-  if pa then report_to_parents(L, pa, pi, ok, data) end
+  if pa then report_to_parents(L, pa, pi, ok, data, pq) end
 end

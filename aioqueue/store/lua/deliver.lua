@@ -1,0 +1,39 @@
+--[[ deliver: count, in a parent's queue, the outcomes of its children that ran on other
+queues (handed off by include/links.lua: another Cluster slot cannot be touched by the
+script that settled the child). The worker that read them from the child's queue's
+handoff ZSET removes them there after this call; a crash in between delivers them again,
+which is harmless: a parent counts each child index once (an HSETNX into its inputs).
+
+KEYS[1]      job_prefix           prefix of job records; carries the queue's hash tag
+KEYS[2]      notify         LIST  wake-up tokens
+KEYS[3]      schedule       ZSET  job id -> due time (ms)
+KEYS[4]      schedule_wake  LIST  at most one token for pollers
+KEYS[5]      groups         HASH  group -> id of the job that holds it (include/links.lua)
+KEYS[6]      group_prefix         prefix of the groups' waiting lists
+KEYS[7]      inputs_prefix        prefix of the parents' inputs hashes
+KEYS[8]      handoff        ZSET  this queue's own outcomes for parents on yet other queues
+KEYS[9..18]  ready          LIST  ready lists of priorities 0..9
+ARGV[1]      result_ttl_ms  how long a parent closed here (failed, or a barrier) is kept
+ARGV[2]      settled        the queue's settled channel: parents closed here are announced
+ARGV[3..]    three per outcome: parents (ids, space-separated), the child's index, and
+             "c" (complete) or "f" (failed) followed by its result or error JSON
+
+Returns how many outcomes it read.
+]]
+-- @include clock
+-- @include links
+-- @include settled
+local finished = {}
+local L = {
+  job_prefix = KEYS[1], ready = 9, notify = KEYS[2], schedule = KEYS[3],
+  schedule_wake = KEYS[4], groups = KEYS[5], group_prefix = KEYS[6], inputs_prefix = KEYS[7],
+  handoff = KEYS[8], now = redis_clock(), result_ttl_ms = tonumber(ARGV[1]),
+  finished = finished,
+}
+for i = 3, #ARGV, 3 do
+  local outcome = ARGV[i + 2]
+  report_to_parents(L, ARGV[i], ARGV[i + 1], string.sub(outcome, 1, 1) == 'c',
+    string.sub(outcome, 2), nil)
+end
+announce_settled(ARGV[2], finished)
+return (#ARGV - 2) / 3

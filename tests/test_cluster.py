@@ -16,6 +16,7 @@ from redis import Redis as SyncRedis
 from redis.crc import key_slot
 
 import aioqueue
+from aioqueue import chord
 from aioqueue.settings import check_redis_url, cluster_nodes, mask_url
 from aioqueue.store.embedded import EmbeddedCluster, EmbeddedServer
 from aioqueue.store.keys import QueueKeys
@@ -125,6 +126,43 @@ async def test_results_delays_and_cancellation_on_a_cluster(app: aioqueue.App) -
         await app.queue("b").cancel(running.id)
         with pytest.raises(aioqueue.JobCancelled):
             await running.result(timeout=5)
+
+
+async def test_workflows_groups_and_batches_across_masters(
+    app: aioqueue.App, cluster: EmbeddedCluster, prefix: str
+) -> None:
+    """A chain whose chord runs on one master and whose last step on another: each
+    outcome crosses slots by hand-off, never in a script. Groups and a batch as well."""
+    leaves_queue, merge_queue, report_queue = queues_on_every_master(cluster, prefix)
+    order: list[int] = []
+
+    @app.task(queue=leaves_queue)
+    async def leaf(x: int) -> int:
+        return x
+
+    @app.task(queue=merge_queue)
+    async def merge(results: list[int]) -> int:
+        return sum(results)
+
+    @app.task(queue=report_queue)
+    async def report(total: int, label: str) -> str:
+        return f"{label}={total}"
+
+    @app.task(queue=leaves_queue)
+    async def step(n: int) -> None:
+        order.append(n)
+
+    header = [leaf.enqueue(x) for x in range(30)]
+    workflow = await aioqueue.chain(chord(header, merge.callback()), report.callback("sum"))
+    grouped = [await step.enqueue(n).options(group="customer-1") for n in range(10)]
+    async with app.batch(queue=leaves_queue) as batch:
+        for x in range(10):
+            batch.add(leaf.enqueue(x))
+    async with app.worker(concurrency=10, queues=[leaves_queue, merge_queue, report_queue]):
+        assert await workflow.result(timeout=30) == f"sum={sum(range(30))}"
+        assert await batch.wait(timeout=30) == aioqueue.BatchSummary(10, 10, 0)
+        await grouped[-1].result(timeout=30)
+    assert order == list(range(10))
 
 
 async def test_aborts_and_results_travel_by_sharded_pub_sub(

@@ -9,7 +9,7 @@ is read around it. Scenarios, alternated round by round (median of ``--rounds``)
   plain        N no-op jobs, nothing linked (the baseline)
   concurrency  the same with ``set_limits(concurrency=100000)``: a limit that never binds,
                so what is measured is its cost in take.lua
-  rate         the same with ``set_limits(rate="10000000/s", burst=1000)``: likewise
+  rate         the same with ``set_limits(rate="1000000/s", burst=1000)``: likewise
   groups       N jobs in 100 groups (``.options(group=...)``): one at a time per group
   chord        a chord of N children and one callback that gets all N results
 Then fan-in scaling: chords of each ``--fan-in`` size, the cost per child (wall and Redis
@@ -83,7 +83,7 @@ async def scenario(name: str, url: str, prefix: str, jobs: int) -> dict[str, flo
         if name == "concurrency":
             await queue.set_limits(concurrency=100_000)
         elif name == "rate":
-            await queue.set_limits(rate="10000000/s", burst=1000)
+            await queue.set_limits(rate="1000000/s", burst=1000)
         if name == "chord":
             flow = await aioqueue.chord([noop.enqueue(n) for n in range(jobs)], gather.callback())
             return await timed(app, jobs, lambda: flow.result(timeout=600))

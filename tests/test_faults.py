@@ -383,6 +383,36 @@ async def test_sigkill_mid_group_and_mid_workflow_loses_and_double_counts_nothin
     )
 
 
+async def test_sigkill_mid_rate_limit_loses_nothing_and_gives_back_its_slots(
+    redis_url: str, prefix: str, redis: Redis, closing: contextlib.AsyncExitStack
+) -> None:
+    """A worker SIGKILLed while it runs jobs of a queue capped at 5 running and 200 starts
+    a second: its leases hold the 5 slots until they expire, then a second worker gets them
+    back and finishes every job. Only jobs in flight at the kill run twice."""
+    app, recorder = fault_app_on(redis_url, prefix, closing)
+    queue = app.queue("limited")
+    await queue.set_limits(concurrency=5, rate="200/s", burst=5)
+    ids = [f"r{n:03d}" for n in range(300)]
+    await queue.enqueue_many(
+        queue.enqueue("work", job_id, 0.02).options(id=job_id) for job_id in ids
+    )
+    options = ("-q", "limited", "-c", "20", "--lease", "1")
+    async with worker_process(redis_url, prefix, *options) as victim:
+        await wait_until(lambda: run_count_at_least(recorder, 60), timeout=30)
+        victim.signal(signal.SIGKILL)
+        assert await victim.exited(timeout=10) == -signal.SIGKILL
+    active: list[bytes] = await redis.zrange(queue.keys.active, 0, -1)  # type: ignore[assignment]
+    in_flight = {raw.decode() for raw in active}
+    assert 0 < len(in_flight) <= 5  # the cap held in the dead worker too
+    async with app.worker(concurrency=20, lease=1, reclaim_interval=0.1, queues=["limited"]):
+        await settle(lambda: all_complete(redis, queue, ids), timeout=30)
+    result = await tally(redis, queue, {i: i for i in ids}, await recorder.runs())
+    report("sigkill mid-rate-limit", result, len(in_flight))
+    assert result.lost == []
+    assert set(result.duplicated) <= in_flight
+    assert (await queue.counts()).active == 0
+
+
 async def test_sigkill_mid_stream_loses_no_topic_message(
     redis_url: str, prefix: str, redis: Redis, closing: contextlib.AsyncExitStack
 ) -> None:

@@ -149,6 +149,24 @@ async def test_a_job_shows_args_result_attempts_and_timings(
     assert "Ran for" in html and " ms" in html
 
 
+async def test_a_workflows_jobs_show_their_links(
+    app: aioqueue.App, tasks: Any, client: httpx.AsyncClient
+) -> None:
+    @app.task(queue="emails")
+    async def tally(results: list[str]) -> int:
+        return len(results)
+
+    children = [tasks["send_email"].enqueue(f"{n}@example.com") for n in range(2)]
+    workflow = await aioqueue.chord(children, tally.callback())
+    parent = (await client.get(f"/job?queue=emails&id={workflow.id}")).text
+    assert "status-waiting" in parent
+    assert re.search(r'id="children">2 <span class="muted">\(2 pending, 0 complete', parent)
+    child = (await client.get(f"/job?queue=emails&id={workflow.id}/1")).text
+    assert f"id={workflow.id}" in unescape(child)  # a link to its parent
+    grouped = await tasks["send_email"].enqueue("g@example.com").options(group="customer-7")
+    assert "customer-7" in (await client.get(f"/job?queue=emails&id={grouped.id}")).text
+
+
 async def test_a_dead_job_shows_its_error_and_traceback(
     app: aioqueue.App, tasks: Any, client: httpx.AsyncClient
 ) -> None:

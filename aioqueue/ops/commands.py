@@ -222,7 +222,7 @@ def details(info: JobInfo) -> str:
         f"id:        {info.id}",
         f"queue:     {info.queue}",
         f"status:    {info.status}",
-        f"task:      {info.task}",
+        f"task:      {info.task or ('(a batch)' if info.children else None)}",
         f"args:      {list(info.args)!r}",
         f"kwargs:    {dict(info.kwargs)!r}",
         f"attempts:  {info.attempts}" + (f" of {info.max_attempts}" if info.max_attempts else ""),
@@ -231,6 +231,16 @@ def details(info: JobInfo) -> str:
         f"started:   {iso(info.started_at_ms)}",
         f"finished:  {iso(info.finished_at_ms)}",
     ]
+    if info.group is not None:
+        lines.append(f"group:     {info.group}")
+    if info.parents is not None:
+        where = f" (queue {info.parent_queue})" if info.parent_queue else ""
+        lines.append(f"parents:   {info.parents}{where}")
+    if (children := info.children) is not None:
+        lines.append(
+            f"children:  {children.total} ({children.pending} pending, "
+            f"{children.complete} complete, {children.failed} failed)"
+        )
     if info.progress_raw is not None:
         lines.append(f"progress:  {_json(info.progress_raw)}")
     if info.result_raw is not None:

@@ -49,6 +49,8 @@ class Field:
     READY_AT = b"qt"
     PROGRESS = b"pg"
     GROUP = b"g"
+    PARENTS = b"pa"
+    PARENT_QUEUE = b"pq"
     CHILDREN = b"pt"
     CHILDREN_PENDING = b"pd"
     CHILDREN_COMPLETE = b"ok"
@@ -120,6 +122,10 @@ class JobInfo:
     result_raw: bytes | None
     progress_raw: bytes | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    group: str | None = None  # ``.options(group=...)``
+    parents: str | None = None  # a workflow's child: its parents' ids (space-separated)
+    parent_queue: str | None = None  # their queue, if not the job's own
+    children: ChildCounts | None = None  # a workflow's parent (or a batch)
 
     @classmethod
     def from_record(cls, job_id: str, queue: str, record: Mapping[bytes, bytes]) -> JobInfo:
@@ -147,6 +153,10 @@ class JobInfo:
             result_raw=record.get(Field.RESULT),
             progress_raw=record.get(Field.PROGRESS),
             headers=payload.headers if payload else {},
+            group=_text(record.get(Field.GROUP)),
+            parents=_text(record.get(Field.PARENTS)),
+            parent_queue=_text(record.get(Field.PARENT_QUEUE)),
+            children=ChildCounts.from_record(record),
         )
 
     def result(self) -> Any:
@@ -161,6 +171,28 @@ class JobInfo:
 
 def _int(raw: bytes | None) -> int | None:
     return int(float(raw)) if raw else None
+
+
+def _text(raw: bytes | None) -> str | None:
+    return None if raw is None else raw.decode("utf-8", "replace")
+
+
+@dataclass(frozen=True, slots=True)
+class ChildCounts:
+    """A workflow parent's children: how many in all, pending, complete and failed."""
+
+    total: int
+    pending: int
+    complete: int
+    failed: int
+
+    @classmethod
+    def from_record(cls, record: Mapping[bytes, bytes]) -> ChildCounts | None:
+        if Field.CHILDREN not in record:
+            return None
+        fields = (Field.CHILDREN, Field.CHILDREN_PENDING, Field.CHILDREN_COMPLETE)
+        counts = [_int(record.get(name)) or 0 for name in (*fields, Field.CHILDREN_FAILED)]
+        return cls(*counts)
 
 
 @dataclass(frozen=True, slots=True)

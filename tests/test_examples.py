@@ -141,6 +141,7 @@ async def test_loader_sends_each_reminder_once(examples_url: str) -> None:
         ("examples.webapp", "complete  {'email': 'linus@example.com', 'verify_url': "),
         ("examples.loader", "sent: [1, 1, 1, 1, 1, 1, 1, 1] (each reminder once)"),
         ("examples.chat", "(#general [1, 2, 3] again: read at least once, never lost)"),
+        ("examples.workflows", "events, in order: ['created', 'upgraded', 'paid', 'cancelled']"),
         (
             "examples.log_fanout",
             "lines seen per processor: {'errors': 10000, 'latency': 10000, 'levels': 10000}",

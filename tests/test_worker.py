@@ -588,3 +588,29 @@ async def test_only_a_burst_worker_keeps_track_of_its_retries(app: aioqueue.App)
 
 async def _outcome_is(worker: aioqueue.Worker, outcome: str) -> bool:
     return worker.outcomes[outcome] > 0
+
+
+async def test_the_ack_loop_survives_redis_pys_writer_race(
+    app: aioqueue.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py's asyncio writer raises AttributeError or TypeError (not ConnectionError)
+    when the peer closed the connection under a write (redis-py #3546, #4287). The ack
+    loop keeps the batch and tries again instead of dying with the jobs unacked."""
+    real_ack, failures = scripts.ack, []
+
+    async def racing_ack(*args: Any, **kwargs: Any) -> list[bool]:
+        if len(failures) < 2:
+            failures.append(1)
+            raise (AttributeError if len(failures) == 1 else TypeError)("'NoneType' object")
+        return await real_ack(*args, **kwargs)
+
+    monkeypatch.setattr(scripts, "ack", racing_ack)
+
+    @app.task
+    async def echo(value: int) -> int:
+        return value
+
+    job = await echo.enqueue(7)
+    async with app.worker():
+        assert await job.result(timeout=10) == 7
+    assert len(failures) == 2

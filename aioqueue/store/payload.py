@@ -2,7 +2,8 @@
 result, an error.
 
 The payload is JSON (orjson), never pickle: a worker only ever runs registered handlers
-with decoded JSON values. ``v`` versions the data format, separately from the Lua code.
+with decoded JSON values. ``v`` versions the data format, separately from the Lua code;
+absent, it is 1 (WIRE_VERSION), as an absent ``a`` is no arguments and ``k`` no keywords.
 Pure: no I/O.
 """
 
@@ -27,9 +28,10 @@ WIRE_VERSION = 1
 _NO_HEADERS: Mapping[str, str] = MappingProxyType({})  # shared: most jobs carry none
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: decoded once per job, and a frozen __init__ costs 4x
 class Payload:
-    """What a job asks a worker to do: a task name and JSON arguments."""
+    """What a job asks a worker to do: a task name and JSON arguments (read-only by
+    convention)."""
 
     task: str
     args: Sequence[Any] = ()
@@ -57,6 +59,8 @@ class Payload:
             _check_integers(raw)
         if not isinstance(body, dict):
             raise PayloadError("payload is not a JSON object")
+        if body.get("v", WIRE_VERSION) != WIRE_VERSION:
+            raise PayloadError(f"payload format v{body['v']!r} is not this worker's")
         task, args, kwargs = body.get("t"), body.get("a", []), body.get("k", {})
         timeout, headers, expires = body.get("to"), body.get("h", _NO_HEADERS), body.get("xp")
         inputs = body.get("in")
@@ -91,12 +95,13 @@ def encode_payload(
     inputs: str | None = None,
 ) -> bytes:
     """A Payload's bytes, without building the Payload (the enqueue path calls this)."""
-    body: dict[str, Any] = {
-        "v": WIRE_VERSION,
-        "t": task,
-        "a": args if type(args) in _JSON_ARRAYS else list(args),
-        "k": kwargs if type(kwargs) is dict else dict(kwargs),
-    }
+    # Only what differs from the defaults: no version while it is 1, no empty args or
+    # kwargs (every queued job carries its payload: these are ~20 of its ~260 bytes).
+    body: dict[str, Any] = {"t": task}
+    if args:
+        body["a"] = args if type(args) in _JSON_ARRAYS else list(args)
+    if kwargs:
+        body["k"] = kwargs if type(kwargs) is dict else dict(kwargs)
     if timeout is not None:
         body["to"] = timeout
     if headers:

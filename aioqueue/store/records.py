@@ -4,7 +4,7 @@ Pure: no I/O and no Redis client, so the producer side and the worker's runner u
 types without importing the Redis layer; ``scripts`` turns redis-py's replies into them.
 
 Job record fields (``job:<id>`` HASH; short, because every queued job carries them):
-  p  payload (JSON)      s  state (JobStatus)    n  attempts started   m  max attempts
+  p  payload (JSON)      s  state (JobStatus)    n  attempts (absent: 0)  m  max attempts
   pr priority (0..9)     w  lease owner (token)  et enqueued at (ms)   st started at (ms)
   ft finished at (ms)    r  result (JSON)        e  error (JSON)       raw foreign bytes
   ab abort requested (1)  qt made ready at (ms; absent: et)  pg progress (JSON)
@@ -297,9 +297,9 @@ class Enqueued(NamedTuple):
     state: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen __init__ costs 4x, and one is built per job
 class Taken:
-    """One job leased to a worker by a take call."""
+    """One job leased to a worker by a take call (read-only by convention)."""
 
     id: bytes
     payload: bytes
@@ -354,9 +354,9 @@ class TakeResult:
 Outcome = Literal["complete", "retry", "bury", "fail", "abort", "expire", "release"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built once per job (see Taken)
 class Settlement:
-    """How one attempt ended, as the ack script records it."""
+    """How one attempt ended, as the ack script records it (read-only by convention)."""
 
     id: bytes
     lease: str

@@ -15,11 +15,9 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisError
-
 from ..errors import LeaseLost, describe
 from ..store import scripts
-from .loops import RETRY_PAUSE, Component
+from .loops import CLIENT_FAILURES, RETRY_PAUSE, Component
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Sequence
@@ -109,7 +107,7 @@ class Batcher(Component):
         self._in_flight = True
         try:
             settled = await self._ack(batch)
-        except RedisError as exc:  # keep them: the guarantee needs every ack to land
+        except CLIENT_FAILURES as exc:  # keep them: the guarantee needs every ack to land
             logger.warning(
                 "acking %d job(s) of %s failed: %s", len(batch), self.name, describe(exc)
             )

@@ -21,7 +21,7 @@ from ..errors import describe
 from ..priorities import planner
 from ..store import reads, scripts
 from ..store.records import HELD_BY_CONCURRENCY
-from .loops import RETRY_PAUSE, Component, ring, wait_event, wait_first
+from .loops import CLIENT_FAILURES, RETRY_PAUSE, Component, ring, wait_event, wait_first
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -240,7 +240,7 @@ class QueueConsumer(Component):
             popped = await self.redis.blpop(
                 [self.keys.notify, self._wake_key], timeout=self.settings.idle_wait
             )
-        except RedisError as exc:
+        except CLIENT_FAILURES as exc:
             logger.warning("waiting for jobs on %s failed: %s", self.keys.name, describe(exc))
             await wait_event(self.stopping, RETRY_PAUSE)
             return False

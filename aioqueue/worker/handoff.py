@@ -15,12 +15,10 @@ import logging
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisError
-
 from ..errors import describe
 from ..store import handoffs, scripts
 from ..store.keys import QueueKeys
-from .loops import Component, wait_event
+from .loops import CLIENT_FAILURES, Component, wait_event
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Sequence
@@ -72,7 +70,7 @@ class HandOff(Component):
                     total += len(outcomes)
                     if len(outcomes) < BATCH:
                         break
-            except RedisError as exc:
+            except CLIENT_FAILURES as exc:
                 logger.warning("handing off outcomes of %s failed: %s", keys.name, describe(exc))
         return total
 

@@ -10,11 +10,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisError
-
 from ..errors import describe
 from ..store import scripts
-from .loops import Component, wait_event
+from .loops import CLIENT_FAILURES, Component, wait_event
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Sequence
@@ -68,7 +66,7 @@ class LeaseKeeper(Component):
                     extended = await scripts.extend(
                         queue.redis, queue.keys, batch, lease_ms=self._lease_ms
                     )
-                except RedisError as exc:
+                except CLIENT_FAILURES as exc:
                     logger.warning(
                         "renewing leases on %s failed: %s", queue.keys.name, describe(exc)
                     )
@@ -95,7 +93,7 @@ class LeaseKeeper(Component):
                     default_max_attempts=self._default_max_attempts,
                     result_ttl_ms=self._result_ttl_ms, history_ms=queue.history_ms,
                 )  # fmt: skip
-            except RedisError as exc:
+            except CLIENT_FAILURES as exc:
                 logger.warning("reclaiming leases on %s failed: %s", queue.keys.name, describe(exc))
                 continue
             if result.requeued or result.buried:

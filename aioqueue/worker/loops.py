@@ -24,6 +24,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 RETRY_PAUSE = 0.5  # seconds a loop pauses after a Redis error before it tries again
+
+CLIENT_FAILURES: tuple[type[Exception], ...] = (RedisError, OSError, AttributeError, TypeError)
+"""What a call through redis-py raises when Redis or the network fails: its own errors, and
+from its asyncio writer a TypeError or AttributeError when the peer closed the connection
+under a write (redis-py #3546, #4287: seen here while a Cluster slot moved). The loops that
+hold the guarantees (acks, takes, leases, promotion, hand-offs) log these and go on."""
 WAKE_TOKEN_TTL_MS = 60_000  # a wake-up token nobody popped (its loop had ended) expires
 
 

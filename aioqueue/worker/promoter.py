@@ -17,11 +17,9 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisError
-
 from ..errors import describe
 from ..store import scripts
-from .loops import RETRY_PAUSE, Component, ring, wait_event
+from .loops import CLIENT_FAILURES, RETRY_PAUSE, Component, ring, wait_event
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine
@@ -82,7 +80,7 @@ class Promoter(Component):
             self._earlier.clear()
             try:
                 result = await self._promote(PROMOTE_LIMIT)
-            except RedisError as exc:
+            except CLIENT_FAILURES as exc:
                 logger.warning(
                     "promoting due jobs of %s failed: %s", self._keys.name, describe(exc)
                 )
@@ -102,7 +100,7 @@ class Promoter(Component):
         while not self.stopping.is_set():
             try:
                 popped = await self._redis.blpop(watched, timeout=self._idle_wait)
-            except RedisError as exc:
+            except CLIENT_FAILURES as exc:
                 logger.warning(
                     "waiting on the schedule of %s failed: %s", self._keys.name, describe(exc)
                 )

@@ -31,7 +31,7 @@ if pending and redis.call('HGET', job_prefix .. pending, 's') == 'scheduled' the
   return {pending, 'debounced'}
 end
 local id = 'debounce:' .. key .. ':' .. redis.call('INCR', KEYS[5])
-redis.call('HSET', job_prefix .. id, 'p', ARGV[2], 's', 'scheduled', 'n', 0, 'm', ARGV[4],
+redis.call('HSET', job_prefix .. id, 'p', ARGV[2], 's', 'scheduled', 'm', ARGV[4],
   'pr', ARGV[3], 'et', due - tonumber(ARGV[5]))
 schedule_at(schedule, schedule_wake, id, due)
 redis.call('HSET', debounce, key, id)

@@ -81,15 +81,16 @@ for i = 1, count do
     local delay_ms, due_ms = tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5])
     if delay_ms > 0 then due = now + delay_ms end
     if due_ms > due then due = due_ms end
-    -- priority and max_attempts are stored as sent (decimal integers from the client)
+    -- priority and max_attempts are stored as sent (decimal integers from the client);
+    -- attempts (n) only once taken: absent is 0 to every reader
     if due > now then
-      redis.call('HSET', job, 'p', ARGV[base + 1], 's', 'scheduled', 'n', 0,
-        'm', ARGV[base + 3], 'pr', ARGV[base + 2], 'et', now)
+      redis.call('HSET', job, 'p', ARGV[base + 1], 's', 'scheduled', 'm', ARGV[base + 3],
+        'pr', ARGV[base + 2], 'et', now)
       schedule_at(schedule, schedule_wake, id, due)
       out[2 * i - 1], out[2 * i] = 1, 'scheduled'
     else
-      redis.call('HSET', job, 'p', ARGV[base + 1], 's', 'queued', 'n', 0,
-        'm', ARGV[base + 3], 'pr', ARGV[base + 2], 'et', now)
+      redis.call('HSET', job, 'p', ARGV[base + 1], 's', 'queued', 'm', ARGV[base + 3],
+        'pr', ARGV[base + 2], 'et', now)
       redis.call('RPUSH', ready[ARGV[base + 2]], id)
       tokens = tokens + 1
       out[2 * i - 1], out[2 * i] = 1, 'queued'

@@ -100,7 +100,7 @@ for i = 1, count do
     local due = 0
     if delay_ms > 0 then due = now + delay_ms end
     if due_ms > due then due = due_ms end
-    redis.call('HSET', key, 's', 'waiting', 'n', 0, 'm', ARGV[base + 3], 'pr', priority,
+    redis.call('HSET', key, 's', 'waiting', 'm', ARGV[base + 3], 'pr', priority,
       'et', now)
     if payload ~= '' then redis.call('HSET', key, 'p', payload) end
     if due > now then redis.call('HSET', key, 'du', due) end

@@ -596,7 +596,8 @@ async def test_the_ack_loop_survives_redis_pys_writer_race(
     """redis-py's asyncio writer raises AttributeError or TypeError (not ConnectionError)
     when the peer closed the connection under a write (redis-py #3546, #4287). The ack
     loop keeps the batch and tries again instead of dying with the jobs unacked."""
-    real_ack, failures = scripts.ack, []
+    real_ack = scripts.ack
+    failures: list[int] = []
 
     async def racing_ack(*args: Any, **kwargs: Any) -> list[bool]:
         if len(failures) < 2:

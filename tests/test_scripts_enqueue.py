@@ -24,7 +24,7 @@ async def test_enqueue_writes_a_queued_record(db: Redis, keys: QueueKeys) -> Non
     record = await db.hgetall(keys.job("a"))
     assert record[b"p"] == b'{"x":1}'
     assert record[b"s"] == b"queued"
-    assert record[b"n"] == b"0"
+    assert b"n" not in record  # attempts: none until taken (absent reads as 0)
     assert record[b"m"] == b"4"
     assert record[b"pr"] == b"0"
     assert before <= int(record[b"et"]) <= after

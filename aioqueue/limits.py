@@ -77,6 +77,8 @@ def make_limits(
         raise ConfigError(f"concurrency must be an integer >= 1, not {concurrency!r}")
     if isinstance(burst, bool) or not isinstance(burst, int) or burst < 1:
         raise ConfigError(f"burst must be an integer >= 1, not {burst!r}")
+    if burst != 1 and rate is None:
+        raise ConfigError("burst is the bursts of a rate: give a rate with it")
     return QueueLimits(concurrency, None if rate is None else parse_rate(rate), burst)
 
 

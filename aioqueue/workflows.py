@@ -30,6 +30,7 @@ from redis.exceptions import RedisError
 from .enqueue import NO_OPTIONS, new_job_id
 from .errors import ConfigError, JobNotFound
 from .job import Job
+from .queue import EnqueueCall
 from .store import reads
 from .store.connection import failure
 from .store.records import JobStatus, LinkedJob, NewJob
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     from collections.abc import Generator, Sequence
     from types import TracebackType
 
-    from .queue import EnqueueCall, Queue
+    from .queue import Queue
 
 R = TypeVar("R")
 
@@ -68,12 +69,24 @@ class Flow(Generic[R]):
         on_child_failure: ChildFailurePolicy = "fail",
         inputs: Literal["list", "first"] = "list",
     ) -> None:
+        if inputs not in ("list", "first"):
+            raise ConfigError(f"inputs must be 'list' or 'first', not {inputs!r}")
+        if not _is_call(parent):
+            raise ConfigError(
+                f"a flow's parent is a task call (task.callback(...)), not {parent!r}"
+            )
         if on_child_failure not in _POLICY_CODES:
             raise ConfigError(
                 f"on_child_failure must be 'fail' or 'ignore', not {on_child_failure!r}"
             )
         if not children:
             raise ConfigError("a flow needs at least one child")
+        for child in children:
+            if not (_is_call(child) or isinstance(child, Flow)):
+                raise ConfigError(
+                    f"a flow's child is a task call (task.enqueue(...), not awaited) or a "
+                    f"flow, not {child!r}"
+                )
         self.call, self.children, self.inputs = parent, tuple(children), inputs
         self.policy = _POLICY_CODES[on_child_failure]
 
@@ -207,8 +220,8 @@ class _Tree:
             raise ConfigError("a workflow's parent cannot have a group (its children can)")
         if job_id is not None:
             options = dataclasses.replace(options, id=job_id)
-        elif options.id is not None and (set(options.id) & set(" \t\r\n")):
-            raise ConfigError(f"a workflow's root id has no spaces: {options.id!r}")
+        elif options.id is not None and any(char.isspace() for char in options.id):
+            raise ConfigError(f"a workflow's root id has no whitespace: {options.id!r}")
         headers = None if stack is None else queue._observe(stack, call._task)
         new = queue._prepare(call._task, call._args, call._kwargs, options, headers, inputs)
         parent_queue, parent_id, index = parent or (queue, "", 0)
@@ -265,6 +278,9 @@ class _Tree:
         for queue, linked in self.jobs:
             if linked.parent:
                 seals.setdefault(queue, []).append(linked.job.id)
+        root_queue = self.jobs[0][0]  # sealed last: a sealed root means a sealed tree
+        if root_queue in seals:
+            seals[root_queue] = seals.pop(root_queue)
         try:
             if len(runs) == 1:  # one queue: one call, sealed with it
                 [(queue, jobs)] = runs
@@ -282,6 +298,10 @@ class _Tree:
             queue = self.jobs[0][0]
             raise queue._failure(exc, [linked.job.id for _, linked in self.jobs]) from exc
         return created
+
+
+def _is_call(node: object) -> bool:
+    return isinstance(node, EnqueueCall)
 
 
 def _queue_of(node: Flow[Any] | EnqueueCall[Any]) -> Queue:
@@ -331,6 +351,8 @@ class Batch:
         on_success: EnqueueCall[Any] | None = None,
     ) -> None:
         for callback in (on_complete, on_success):
+            if callback is not None and not _is_call(callback):
+                raise ConfigError(f"a batch's callback is a task call, not {callback!r}")
             if callback is not None and callback._queue is not queue:
                 raise ConfigError(
                     f"a batch's callbacks run on its queue {queue.name!r}, "
@@ -349,6 +371,10 @@ class Batch:
         """Add a job (``task.enqueue(...)``, not awaited): written when the block exits."""
         if self._written:
             raise ConfigError("this batch has been written: start a new one")
+        if not _is_call(call):
+            raise ConfigError(
+                f"a batch takes task calls (task.enqueue(...), not awaited), not {call!r}"
+            )
         if call._options.id is not None:
             raise ConfigError("a batch's jobs get generated ids")
         if call._queue is not self.queue:

@@ -35,6 +35,11 @@ async def pending(redis: Redis, keys: QueueKeys, limit: int) -> list[HandedOff]:
     return found
 
 
+async def count(redis: Redis, keys: QueueKeys) -> int:
+    """How many outcomes wait in ``keys``' handoff ZSET."""
+    return int(await redis.zcard(keys.handoff))
+
+
 async def remove(redis: Redis, keys: QueueKeys, delivered: Sequence[HandedOff]) -> None:
     """Remove delivered outcomes (only these: later ones stay, whoever reads them)."""
     if delivered:

@@ -230,8 +230,10 @@ async def enqueue_linked(
     replica_timeout: float = 1.0,
 ) -> list[Enqueued]:
     """Write jobs of groups and workflows (parents before their children) in calls of up
-    to MAX_ENQUEUE_BATCH jobs, all sent in one write; the last call seals the parents in
-    ``seal``. Safe to resend: ids that have a record are skipped."""
+    to MAX_ENQUEUE_BATCH jobs, all sent in one write; then seal the parents in ``seal``:
+    in the same call if there is one, else in one more once every call succeeded (a
+    parent sealed after a failed call would run without some of its children). Safe to
+    resend: ids that have a record are skipped."""
     script = _ENQUEUE_LINKED.on(redis)
     script_keys = [
         keys.notify, keys.schedule, keys.schedule_wake, keys.job_prefix, keys.done_prefix,
@@ -239,13 +241,10 @@ async def enqueue_linked(
     ]  # fmt: skip
     head = [b"EVALSHA", script.sha.encode(), b"%d" % len(script_keys)]
     head += (key.encode() for key in script_keys)
-    commands = []
-    starts = range(0, max(len(jobs), 1), MAX_ENQUEUE_BATCH)
-    for start in starts:
-        chunk = jobs[start : start + MAX_ENQUEUE_BATCH]
+
+    def call(chunk: Sequence[LinkedJob], sealing: Sequence[str]) -> bytes:
         args: list[Arg] = [
-            len(chunk), span_ms, " ".join(seal) if start == starts[-1] else "", result_ttl_ms,
-            keys.settled_channel,
+            len(chunk), span_ms, " ".join(sealing), result_ttl_ms, keys.settled_channel
         ]  # fmt: skip
         for linked in chunk:
             job = linked.job
@@ -253,13 +252,22 @@ async def enqueue_linked(
             args += (job.due_ms, linked.group, linked.parents, linked.position, linked.parent)
             args += (linked.parent_queue, linked.remote_children)
         parts = [*head, *map(_arg_bytes, args)]
-        commands.append(wire.array(len(parts)) + wire.bulk(*parts))
+        return wire.array(len(parts)) + wire.bulk(*parts)
+
+    chunks = [
+        jobs[start : start + MAX_ENQUEUE_BATCH] for start in range(0, len(jobs), MAX_ENQUEUE_BATCH)
+    ]
+    single = len(chunks) <= 1
+    commands = [call(chunk, seal if single else ()) for chunk in chunks or [()]]
     replicas = max((linked.job.replicas for linked in jobs), default=0)
     wait = [_pack_wait(replicas, replica_timeout)] if replicas else []
-    replies = await lines_for(redis).send(keys.base, _ENQUEUE_LINKED, commands + wait)
+    sender = lines_for(redis)
+    replies = await sender.send(keys.base, _ENQUEUE_LINKED, commands + wait)
     if wait and int(replies[-1]) < replicas:
         ids = [linked.job.id for linked in jobs]
         raise NotReplicated(ids, int(replies[-1]), replicas, replica_timeout)
+    if not single and seal:
+        await sender.send(keys.base, _ENQUEUE_LINKED, [call((), seal)])
     return [item for reply in replies[: len(commands)] for item in _enqueued(reply)]
 
 
@@ -556,12 +564,14 @@ async def trim_dead(
     redis: Redis, keys: QueueKeys, *, max_jobs: int, max_age_ms: int, limit: int
 ) -> int:
     """Delete the oldest dead jobs beyond ``max_jobs`` or older than ``max_age_ms``."""
-    return int(await _TRIM_DEAD(redis, [keys.dead, keys.job_prefix], [max_jobs, max_age_ms, limit]))
+    script_keys = [keys.dead, keys.job_prefix, keys.inputs_prefix]
+    return int(await _TRIM_DEAD(redis, script_keys, [max_jobs, max_age_ms, limit]))
 
 
 async def purge(redis: Redis, keys: QueueKeys, job_ids: Sequence[str], *, limit: int) -> int:
     """Delete dead jobs (these, or the oldest ``limit``) and their records."""
-    return int(await _PURGE(redis, [keys.dead, keys.job_prefix], [limit, *job_ids]))
+    script_keys = [keys.dead, keys.job_prefix, keys.inputs_prefix]
+    return int(await _PURGE(redis, script_keys, [limit, *job_ids]))
 
 
 async def reconcile(redis: Redis, keys: QueueKeys, job_ids: Sequence[bytes]) -> int:
@@ -578,6 +588,7 @@ async def reconcile(redis: Redis, keys: QueueKeys, job_ids: Sequence[bytes]) -> 
             keys.job_prefix,
             *keys.ready_lists(),
             keys.schedule_wake,
+            *keys.links(),
         ],
         list(job_ids),
     )

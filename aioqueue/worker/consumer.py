@@ -15,8 +15,6 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisError
-
 from ..errors import describe
 from ..priorities import planner
 from ..store import reads, scripts
@@ -24,7 +22,7 @@ from ..store.records import HELD_BY_CONCURRENCY
 from .loops import CLIENT_FAILURES, RETRY_PAUSE, Component, ring, wait_event, wait_first
 
 if TYPE_CHECKING:
-    from collections.abc import Coroutine
+    from collections.abc import Awaitable, Callable, Coroutine
 
     from redis.asyncio import Redis
 
@@ -41,6 +39,7 @@ MIN_TAKE_CHUNK = 16  # with a take out, wait for this much room: smaller calls c
 RETRY_WAIT_MAX = 1.0  # burst mode: seconds at most between looks at retries still to come
 HELD_LOOK = 0.1  # seconds between takes while the queue's concurrency cap holds jobs back
 HELD_SLEEP = (0.001, 1.0)  # a rate's hold: sleep at least, at most (new limits are seen)
+BURST_LOOK = 0.05  # seconds between looks of a dry burst consumer while the worker is busy
 
 
 class QueueConsumer(Component):
@@ -78,6 +77,9 @@ class QueueConsumer(Component):
         self.dry = False  # the queue ran out of work (as far as this worker knows)
         self._due_first = due_first  # due delayed jobs go ahead of the ready ones
         self._span_ms = span_ms  # the idempotency window of jobs completed with no result
+        # burst mode: whether the worker still has work that may make jobs ready here (a
+        # workflow's child running on another queue, whose outcome a hand-off delivers)
+        self.burst_busy: Callable[[], Awaitable[bool]] | None = None
         self._order = order
         if order is not None:
             order.append(self)
@@ -268,8 +270,13 @@ class QueueConsumer(Component):
                 return True  # nothing will be taken: a burst worker leaves it be
             if promoted.count or counts.ready:
                 return False  # (the promoter may have just made a job ready)
-            return not await self._retries_pending(promoted.now_ms)
-        except RedisError:
+            if await self._retries_pending(promoted.now_ms):
+                return False
+            if self.burst_busy is not None and await self.burst_busy():
+                await wait_event(self.stopping, BURST_LOOK)  # work elsewhere may come here
+                return False
+            return True
+        except CLIENT_FAILURES:
             return False
 
     async def _retries_pending(self, now_ms: int) -> bool:

@@ -59,6 +59,13 @@ class HandOff(Component):
             if self.stopping.is_set():
                 return
 
+    async def pending(self) -> bool:
+        """Whether any outcome waits to be handed off from this worker's queues."""
+        for keys in self._queues:
+            if await handoffs.count(self._redis, keys):
+                return True
+        return False
+
     async def deliver_once(self) -> int:
         """Deliver what waits in every queue's handoff ZSET; how many outcomes."""
         total = 0

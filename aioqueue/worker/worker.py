@@ -131,6 +131,7 @@ class Worker:
         self._topic_acks: list[TopicAcks] = []
         self._background: list[Component] = []
         self._stop_requested = asyncio.Event()
+        self._handoff: HandOff | None = None
         self._force = False
         self._started = False
         self._stopped = False
@@ -238,6 +239,8 @@ class Worker:
             promote=consumer.promote_due,
         )  # fmt: skip
         self._acks.append(acks)
+        if settings.burst:
+            consumer.burst_busy = self._burst_busy
         self._consumers.append(consumer)
         self._intake += (consumer, promoter)
         if not settings.burst:
@@ -264,7 +267,7 @@ class Worker:
     def _background_components(self, redis: Redis, queues: list[QueueKeys]) -> list[Component]:
         settings, app_settings = self.settings, self.app.settings
         inflight = self._inflight
-        handoff = HandOff(
+        handoff = self._handoff = HandOff(
             redis, app_settings.prefix, queues, result_ttl_ms=app_settings.result_ttl_ms
         )
         for acks in self._acks:
@@ -344,6 +347,14 @@ class Worker:
             except Exception:
                 logger.exception("shutdown hook %r failed", getattr(hook, "__name__", hook))
         logger.info("worker %s stopped: %s", self.id, dict(self.outcomes))
+
+    async def _burst_busy(self) -> bool:
+        """Burst mode: may work still to come make jobs ready on a queue found dry? A job
+        running or unacked (a workflow's child, whose parent may be on another queue), or
+        an outcome still to hand off."""
+        if self._inflight.running or not all(acks.idle for acks in self._acks):
+            return True
+        return self._handoff is not None and await self._handoff.pending()
 
     async def _stop_when_drained(self) -> None:
         await asyncio.gather(*(consumer.join() for consumer in self._consumers))

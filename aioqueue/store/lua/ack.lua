@@ -79,9 +79,10 @@ end
 -- A complete job keeps what its status, result and id's idempotency need: with a result,
 -- a record without the payload (unless asked to keep it), the priority or a retry's
 -- error, but with its lease owner (so that a resent ack finds it settled); with none, no
--- record, only its id in a done hash. Failed and dead ones keep everything.
-local function complete(id, key, data)
-  if data == 'null' and keep_payload ~= '1' then
+-- record, only its id in a done hash (a workflow's parent keeps its record: its children's
+-- counts stay readable). Failed and dead ones keep everything.
+local function complete(id, key, data, parent)
+  if data == 'null' and keep_payload ~= '1' and not parent then
     redis.call('DEL', key)
     if kept_ms > 0 then mark_done(done_prefix, id, now, kept_ms) end
     return
@@ -123,7 +124,7 @@ local function settle(id, lease, outcome, data, delay_ms)
   if record[1] ~= 'active' then return 1 end -- settled before: a retried ack
   redis.call('ZREM', active, id)
   if outcome == 'complete' then
-    complete(id, key, data)
+    complete(id, key, data, record[6])
   elseif outcome == 'retry' then
     schedule_retry(id, key, data, delay_ms)
   elseif outcome == 'bury' then
@@ -149,7 +150,7 @@ local function settle(id, lease, outcome, data, delay_ms)
     if record[3] or record[4] or record[6] then
       L.handed_off = false
       follow_links(L, id, outcome == 'complete', data, record[3], record[4], record[5], record[6],
-        record[7])
+        record[7], outcome == 'bury')
       if L.handed_off then return 3 end
     end
   end

@@ -7,7 +7,7 @@ miss the message see the mark when they renew leases, and reclaim honours it).
 
 A job waiting (behind its group, or for its children) is cancelled at once. Whatever the
 job was, its links follow (include/links.lua): its group passes on, its parents count it
-as failed.
+as failed (a cancelled batch's callbacks get its counts so far).
 
 KEYS[1]      job_prefix           prefix of job records; carries the queue's hash tag
 KEYS[2]      schedule       ZSET  job id -> due time (ms)
@@ -61,6 +61,8 @@ local L = {
   schedule_wake = KEYS[5], groups = KEYS[6], group_prefix = KEYS[7], inputs_prefix = KEYS[8],
   handoff = KEYS[9], now = now, result_ttl_ms = result_ttl_ms, finished = finished,
 }
-follow_links(L, id, false, reason, record[2], record[3], record[4], record[5], record[6])
+local outcome = reason -- a batch's barrier tells its callbacks the counts so far
+if record[5] and redis.call('HEXISTS', job, 'p') == 0 then outcome = barrier_summary(job) end
+follow_links(L, id, false, outcome, record[2], record[3], record[4], record[5], record[6])
 announce_settled(ARGV[4], finished)
 return {1, 'cancelled'}

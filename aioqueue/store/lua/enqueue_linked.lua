@@ -55,17 +55,11 @@ local L = {
   inputs_prefix = KEYS[8], handoff = KEYS[9], now = now, result_ttl_ms = tonumber(ARGV[4]),
   finished = {},
 }
-local LIVE = {queued = true, scheduled = true, active = true, waiting = true}
 local out = {}
 
 -- Whether the job must wait behind its group (it joins the group's list), or now holds it.
 local function behind_group(group, id)
-  local holder = redis.call('HGET', groups, group)
-  if holder and not LIVE[redis.call('HGET', job_prefix .. holder, 's') or ''] then
-    pass_group(L, group, holder) -- its holder went without passing it on: repair
-    holder = redis.call('HGET', groups, group)
-  end
-  if holder then
+  if repair_group(L, group) then
     redis.call('RPUSH', L.group_prefix .. group, id)
     return true
   end
@@ -74,10 +68,12 @@ local function behind_group(group, id)
 end
 
 -- Children join only parents still being written: a workflow submitted again under its
--- root's id (sealed) gains no children.
-local function unsealed(parents)
+-- root's id (sealed) gains no children; nor does a parent that counted this child already
+-- (it finished, leaving no record, before the workflow was submitted again).
+local function joins(parents, index)
   for p in string.gmatch(parents, '%S+') do
     if redis.call('HEXISTS', job_prefix .. p, 'pu') == 0 then return false end
+    if redis.call('HEXISTS', L.inputs_prefix .. p, index) == 1 then return false end
   end
   return true
 end
@@ -91,7 +87,8 @@ for i = 1, count do
   local key = job_prefix .. id
   local existing = redis.call('HGET', key, 's')
   if not existing and is_done(done_prefix, id, now, span_ms) then existing = 'complete' end
-  if not existing and parents ~= '' and parent_queue == '' and not unsealed(parents) then
+  local index = ARGV[base + 8]
+  if not existing and parents ~= '' and parent_queue == '' and not joins(parents, index) then
     existing = 'sealed'
   end
   if existing then
@@ -105,7 +102,7 @@ for i = 1, count do
     if payload ~= '' then redis.call('HSET', key, 'p', payload) end
     if due > now then redis.call('HSET', key, 'du', due) end
     if parents ~= '' then
-      redis.call('HSET', key, 'pa', parents, 'pi', ARGV[base + 8])
+      redis.call('HSET', key, 'pa', parents, 'pi', index)
       if parent_queue ~= '' then
         redis.call('HSET', key, 'pq', parent_queue)
       else

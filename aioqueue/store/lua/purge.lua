@@ -3,6 +3,7 @@ longer dead (it was enqueued again) only leaves the set; the live record stays.
 
 KEYS[1] dead        ZSET  job id -> time buried (ms)
 KEYS[2] job_prefix        prefix of job records; carries the queue's hash tag
+KEYS[3] inputs_prefix     prefix of workflow parents' inputs (deleted with their records)
 ARGV[1] limit   max jobs per call, used when no ids are given (oldest first)
 ARGV[2..] ids   the dead jobs to purge; none means the oldest `limit`
 
@@ -17,8 +18,7 @@ local ids = chosen_dead(dead, limit)
 local purged = 0
 for i = 1, #ids do
   if redis.call('ZREM', dead, ids[i]) == 1 then
-    local key = job_prefix .. ids[i]
-    if redis.pcall('HGET', key, 's') == 'dead' then redis.call('DEL', key) end
+    delete_dead(job_prefix, KEYS[3], ids[i])
     purged = purged + 1
   end
 end

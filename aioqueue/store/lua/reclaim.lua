@@ -74,7 +74,7 @@ for i = 1, #expired do
       buried = buried + 1
       finished[#finished + 1] = id
       follow_links(L, id, false, reason, record[7], record[8], record[9], record[10],
-      record[11])
+      record[11], true)
       local n = #out
       out[n + 1], out[n + 2], out[n + 3], out[n + 4] = id, record[6] or '', attempts, max
     else

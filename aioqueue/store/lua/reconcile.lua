@@ -2,7 +2,8 @@
 queue edited by hand), so that no job stays queued forever unnoticed: a queued job missing
 from its ready list goes back on it (with a notify token), a scheduled one missing from the
 schedule becomes due now, an active one missing from the active set gets an expired lease
-(so that reclaim returns it). Looking for a queued job costs a scan of its ready list
+(so that reclaim returns it), a job waiting behind a group whose holder is gone makes the
+group go on (include/links.lua). Looking for a queued job costs a scan of its ready list
 (LPOS): run this after an eviction, not routinely.
 
 KEYS[1]      schedule    ZSET  job id -> due time (ms)
@@ -11,6 +12,10 @@ KEYS[3]      notify      LIST  wake-up tokens
 KEYS[4]      job_prefix        prefix of job records; carries the queue's hash tag
 KEYS[5..14]  ready       LIST  ready lists of priorities 0..9
 KEYS[15]     schedule_wake LIST a token wakes a sleeping promoter for a job put back due now
+KEYS[16]     groups      HASH  group -> id of the job that holds it (include/links.lua)
+KEYS[17]     group_prefix      prefix of the groups' waiting lists
+KEYS[18]     inputs_prefix     prefix of the parents' inputs hashes
+KEYS[19]     handoff     ZSET  outcomes for parents on other queues
 ARGV[1], ...  ids of job records to look at (found by SCAN), at most a few hundred a call
 
 Returns {looked_at, repaired}.
@@ -18,14 +23,20 @@ Returns {looked_at, repaired}.
 -- @include clock
 -- @include ready
 -- @include schedule
+-- @include links
 local schedule, active, notify, job_prefix, READY = KEYS[1], KEYS[2], KEYS[3], KEYS[4], 5
 local schedule_wake = KEYS[15]
 local now = redis_clock()
 local repaired = 0
+local L = {
+  job_prefix = job_prefix, ready = READY, notify = notify, schedule = schedule,
+  schedule_wake = schedule_wake, groups = KEYS[16], group_prefix = KEYS[17],
+  inputs_prefix = KEYS[18], handoff = KEYS[19], now = now, result_ttl_ms = 0, finished = {},
+}
 
 for i = 1, #ARGV do
   local id = ARGV[i]
-  local record = redis.pcall('HMGET', job_prefix .. id, 's', 'pr')
+  local record = redis.pcall('HMGET', job_prefix .. id, 's', 'pr', 'g')
   local state = (not record.err) and record[1]
   if state == 'queued' then
     local ready = ready_key(READY, record[2])
@@ -40,6 +51,9 @@ for i = 1, #ARGV do
   elseif state == 'active' and not redis.call('ZSCORE', active, id) then
     redis.call('ZADD', active, 0, id)
     repaired = repaired + 1
+  elseif state == 'waiting' and record[3] then
+    local holder = redis.call('HGET', L.groups, record[3])
+    if repair_group(L, record[3]) ~= holder then repaired = repaired + 1 end
   end
 end
 return {#ARGV, repaired}

@@ -3,6 +3,7 @@ any older than an age, with their records, at most `limit` per call.
 
 KEYS[1] dead        ZSET  job id -> time buried (ms)
 KEYS[2] job_prefix        prefix of job records; carries the queue's hash tag
+KEYS[3] inputs_prefix     prefix of workflow parents' inputs (deleted with their records)
 ARGV[1] max_jobs    keep at most this many dead jobs; <= 0 for no cap
 ARGV[2] max_age_ms  delete dead jobs buried longer ago than this; <= 0 for no age limit
 ARGV[3] limit       max deletions per call (bounds run time)
@@ -10,6 +11,7 @@ ARGV[3] limit       max deletions per call (bounds run time)
 Returns the number of dead jobs deleted.
 ]]
 -- @include clock
+-- @include dead
 local dead, job_prefix = KEYS[1], KEYS[2]
 local max_jobs, max_age_ms, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = redis_clock()
@@ -28,7 +30,6 @@ end
 
 for i = 1, #victims do
   redis.call('ZREM', dead, victims[i])
-  local key = job_prefix .. victims[i]
-  if redis.pcall('HGET', key, 's') == 'dead' then redis.call('DEL', key) end
+  delete_dead(job_prefix, KEYS[3], victims[i])
 end
 return #victims

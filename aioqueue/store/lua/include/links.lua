@@ -35,9 +35,8 @@ local function make_ready(L, id, key, priority, due)
   end
 end
 
--- The group passes from `id` (if it holds it) to the next job waiting in it.
-local function pass_group(L, group, id)
-  if redis.call('HGET', L.groups, group) ~= id then return end
+-- The next job waiting in the group takes it (none waiting: the group is free).
+local function next_in_group(L, group)
   local waiting = L.group_prefix .. group
   while true do
     local next_id = redis.call('LPOP', waiting)
@@ -53,6 +52,28 @@ local function pass_group(L, group, id)
       return
     end
   end
+end
+
+-- The group passes from `id` (if it holds it) to the next job waiting in it.
+local function pass_group(L, group, id)
+  if redis.call('HGET', L.groups, group) == id then next_in_group(L, group) end
+end
+
+-- A group whose holder is gone (its record deleted or evicted) or finished without
+-- passing it on goes on to its next waiting job. Returns the group's holder after.
+local LIVE = {queued = true, scheduled = true, active = true, waiting = true}
+local function repair_group(L, group)
+  local holder = redis.call('HGET', L.groups, group)
+  if holder and LIVE[redis.call('HGET', L.job_prefix .. holder, 's') or ''] then return holder end
+  next_in_group(L, group)
+  return redis.call('HGET', L.groups, group)
+end
+
+-- A barrier's outcome: its children's counts, as JSON.
+local function barrier_summary(key)
+  local counts = redis.call('HMGET', key, 'ok', 'ko')
+  local good, bad = tonumber(counts[1] or 0), tonumber(counts[2] or 0)
+  return string.format('{"total":%d,"succeeded":%d,"failed":%d}', good + bad, good, bad), bad
 end
 
 -- A child's outcome for parents on another queue (field pq: their queue) cannot be
@@ -103,10 +124,7 @@ local function report_to_parents(L, parents, index, ok, data, parent_queue)
             if p[6] then -- a parent with a task: it runs now
               make_ready(L, parent, key, p[7], tonumber(p[8]))
             else -- a barrier: complete, with its counts
-              local counts = redis.call('HMGET', key, 'ok', 'ko')
-              local good, bad = tonumber(counts[1] or 0), tonumber(counts[2] or 0)
-              local summary = string.format('{"total":%d,"succeeded":%d,"failed":%d}',
-                good + bad, good, bad)
+              local summary, bad = barrier_summary(key)
               close_parent(L, parent, key, 'complete', 'r', summary, work, bad == 0,
                 {p[4], p[5], p[10]})
             end
@@ -135,9 +153,11 @@ local function seal_parent(L, parent)
 end
 
 -- A job finished for good (`ok`: it completed), with `data` (result or error JSON). `g`,
--- `pa`, `pi`, `pt`, `pq` are its record's fields (read by the caller with the rest).
-local function follow_links(L, id, ok, data, g, pa, pi, pt, pq)
+-- `pa`, `pi`, `pt`, `pq` are its record's fields (read by the caller with the rest). A
+-- parent's inputs go with it, unless it is dead (`buried`: it may be requeued, and then
+-- runs with them; trim_dead and purge delete them with the record).
+local function follow_links(L, id, ok, data, g, pa, pi, pt, pq, buried)
   if g then pass_group(L, g, id) end
-  if pt then redis.call('DEL', L.inputs_prefix .. id) end -- a parent that ran: inputs used
+  if pt and not buried then redis.call('DEL', L.inputs_prefix .. id) end
   if pa then report_to_parents(L, pa, pi, ok, data, pq) end
 end

@@ -12,7 +12,8 @@ Measures, per run (the table shows the median of ``--repeat`` runs):
       (timed inside that process, from worker start to drained)
   (e) Redis commands per job during the drain, from INFO commandstats: those the worker
       sent (counted in the worker process as redis-py packs them) and those run inside
-      scripts (all the others); and the worker's CPU time per job (getrusage)
+      scripts (all the others); the worker's CPU time per job (getrusage), and Redis's
+      (INFO used_cpu_sys + used_cpu_user around the drain)
   (f) Redis memory per queued job (used_memory delta / N), and (g) per job still kept after
       the drain (the records of completed jobs: status, times, no payload, no result for a
       task that returns None), also as a share of (f)
@@ -121,6 +122,7 @@ class Run:
     rpush: float = 0.0  # calls/s
     drain: float = 0.0  # jobs/s
     cpu_us: float = 0.0  # worker CPU per job
+    redis_us: float = 0.0  # Redis CPU per job during the drain (INFO used_cpu_sys + user)
     memory: float = 0.0  # bytes per queued job
     kept: float = 0.0  # bytes per job still kept after the drain
     sent: dict[str, float] = field(default_factory=dict)  # client commands per job, by name
@@ -148,6 +150,12 @@ async def command_calls(redis: Redis) -> Counter[str]:
     return Counter({k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()})
 
 
+async def redis_cpu(redis: Redis) -> float:
+    """Seconds of CPU the server has used (INFO cpu: used_cpu_sys + used_cpu_user)."""
+    info: dict[str, Any] = await redis.info("cpu")
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+
 async def used_memory(redis: Redis) -> int:
     info: dict[str, Any] = await redis.info("memory")
     return int(info["used_memory"])
@@ -166,7 +174,8 @@ async def measure(url: str, jobs: int, concurrency: int) -> Run:
         run.memory = (await used_memory(redis) - memory_before) / jobs
 
         # (d, e) drain them in another process; (g) what the completed jobs keep
-        run.drain, run.cpu_us, run.sent, run.in_scripts = await drain(url, redis, jobs, concurrency)
+        drained = await drain(url, redis, jobs, concurrency)
+        run.drain, run.cpu_us, run.redis_us, run.sent, run.in_scripts = drained
         run.kept = (await used_memory(redis) - memory_before) / jobs
 
         # (b) 500 at a time
@@ -191,7 +200,7 @@ async def measure(url: str, jobs: int, concurrency: int) -> Run:
 
 async def drain(
     url: str, redis: Redis, jobs: int, concurrency: int
-) -> tuple[float, float, dict[str, float], dict[str, float]]:
+) -> tuple[float, float, float, dict[str, float], dict[str, float]]:
     child = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "benchmarks.quick", "--worker-process", url,
         "--concurrency", str(concurrency),
@@ -202,9 +211,11 @@ async def drain(
         if await child.stdout.readline() != b"ready\n":
             raise RuntimeError("the worker process did not start")
         await redis.config_resetstat()
+        cpu_before = await redis_cpu(redis)
         child.stdin.write(b"go\n")
         await child.stdin.drain()
         line = await child.stdout.readline()
+        redis_us = (await redis_cpu(redis) - cpu_before) * 1e6 / jobs
         calls = await command_calls(redis)
     finally:
         if await child.wait() != 0:
@@ -220,7 +231,7 @@ async def drain(
     in_scripts = Counter({name: max(0, count - sent[name]) for name, count in calls.items()})
     per_job = {name: count / jobs for name, count in sent.most_common()}
     by_name = {name: count / jobs for name, count in in_scripts.most_common() if count}
-    return jobs / report["seconds"], report["cpu"] * 1e6 / jobs, per_job, by_name
+    return jobs / report["seconds"], report["cpu"] * 1e6 / jobs, redis_us, per_job, by_name
 
 
 # -- the report ------------------------------------------------------------------------
@@ -250,6 +261,7 @@ def table(runs: list[Run], jobs: int, concurrency: int) -> Iterator[str]:
     yield f"| (c) redis-py RPUSH, sequential | {per_second('rpush')} |"
     yield f"| (d) drain, 1 worker process, concurrency {concurrency} | {per_second('drain')} |"
     yield f"| (e) worker CPU | | {median(runs, 'cpu_us'):,.1f} µs |"
+    yield f"| (e) Redis CPU during the drain | | {median(runs, 'redis_us'):,.1f} µs |"
     yield f"| (e) commands sent by the worker | | {sum(sent.values()):.4f} ({names}) |"
     shown = {name: count for name, count in middle.in_scripts.items() if count >= 0.005}
     scripted = ", ".join(f"{name} {count:.2f}" for name, count in shown.items())

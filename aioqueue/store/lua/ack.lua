@@ -60,6 +60,7 @@ local result_ttl_ms, kept_ms, keep_payload = tonumber(ARGV[1]), tonumber(ARGV[2]
 local history_ms, settled_channel, history_prefix = tonumber(ARGV[4]), ARGV[5], KEYS[18]
 local now = redis_clock()
 local counts, finished = {}, {} -- outcome code -> n; ids of jobs that finished
+local unleased = {} -- ids whose leases go, in one ZREM at the end
 local L = {
   job_prefix = job_prefix, ready = READY, notify = notify, schedule = schedule,
   schedule_wake = schedule_wake, groups = KEYS[19], group_prefix = KEYS[20],
@@ -117,12 +118,12 @@ local function settle(id, lease, outcome, data, delay_ms)
   local key = job_prefix .. id
   local record = redis.call('HMGET', key, 's', 'w', 'g', 'pa', 'pi', 'pt', 'pq')
   if not record[1] then -- settled before, and its record went (no result kept, or ttl 0)
-    redis.call('ZREM', active, id)
+    unleased[#unleased + 1] = id
     return 1
   end
   if record[2] ~= lease then return -2 end
   if record[1] ~= 'active' then return 1 end -- settled before: a retried ack
-  redis.call('ZREM', active, id)
+  unleased[#unleased + 1] = id
   if outcome == 'complete' then
     complete(id, key, data, record[6])
   elseif outcome == 'retry' then
@@ -170,6 +171,7 @@ else
       tonumber(ARGV[i + 4]))
   end
 end
+if #unleased > 0 then redis.call('ZREM', active, unpack(unleased)) end
 count_history(history_prefix, now, history_ms, counts)
 announce_settled(settled_channel, finished)
 return codes

@@ -64,6 +64,7 @@ end
 local now = redis_clock()
 local out = {}
 local tokens = 0
+local pushes = {} -- ready list -> the ids to append, in order: one RPUSH per list per call
 
 for i = 1, count do
   local base = i * 7 - 2 -- id, payload, priority, max_attempts, delay_ms, due_ms, fresh
@@ -91,12 +92,19 @@ for i = 1, count do
     else
       redis.call('HSET', job, 'p', ARGV[base + 1], 's', 'queued', 'm', ARGV[base + 3],
         'pr', ARGV[base + 2], 'et', now)
-      redis.call('RPUSH', ready[ARGV[base + 2]], id)
+      local list = ready[ARGV[base + 2]]
+      local ids = pushes[list]
+      if not ids then
+        ids = {}
+        pushes[list] = ids
+      end
+      ids[#ids + 1] = id
       tokens = tokens + 1
       out[2 * i - 1], out[2 * i] = 1, 'queued'
     end
   end
 end
 
+for list, ids in pairs(pushes) do redis.call('RPUSH', list, unpack(ids)) end
 push_tokens(notify, tokens)
 return out

@@ -148,7 +148,6 @@ local function take_one(id)
   if state == 'queued' then
     local attempts = tonumber(record[3] or 0) + 1
     redis.call('HSET', key, 's', 'active', 'w', lease, 'n', attempts, 'st', now)
-    redis.call('ZADD', active, deadline, id)
     taken_ids[#taken_ids + 1] = id
     out[#out + 1] = id
     out[#out + 1] = record[2] or ''
@@ -187,7 +186,10 @@ end
 
 -- (4) Record what this lease took (for a resend), and trim the notify tokens: one per
 -- entry popped, less the one the caller's BLPOP consumed.
-if taken > 0 then
+if taken > 0 then -- their leases, in one ZADD (all end at the same deadline)
+  local leases = {}
+  for i = 1, taken do leases[2 * i - 1], leases[2 * i] = deadline, taken_ids[i] end
+  redis.call('ZADD', active, unpack(leases))
   redis.call('RPUSH', taken_key, unpack(taken_ids))
   redis.call('PEXPIRE', taken_key, lease_ms)
   if interval then

@@ -11,7 +11,8 @@ Job record fields (``job:<id>`` HASH; short, because every queued job carries th
 Linked jobs only (lua/include/links.lua): g group; du due (ms) once its turn comes; pa
   its parents' ids; pi its index among their children; and a parent's pd children
   pending, pt children in all, ok/ko children complete/failed, pk policy (f|i), pv keeps
-  its children's results (1), pu not sealed yet (1).
+  its children's results (1), pu not sealed yet (1); k (1) on every linked job: ack.lua
+  reads these fields only then.
 Times are epoch milliseconds by the Redis clock.
 """
 

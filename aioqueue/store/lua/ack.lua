@@ -116,7 +116,7 @@ end
 
 local function settle(id, lease, outcome, data, delay_ms)
   local key = job_prefix .. id
-  local record = redis.call('HMGET', key, 's', 'w', 'g', 'pa', 'pi', 'pt', 'pq')
+  local record = redis.call('HMGET', key, 's', 'w', 'k')
   if not record[1] then -- settled before, and its record went (no result kept, or ttl 0)
     unleased[#unleased + 1] = id
     return 1
@@ -124,8 +124,10 @@ local function settle(id, lease, outcome, data, delay_ms)
   if record[2] ~= lease then return -2 end
   if record[1] ~= 'active' then return 1 end -- settled before: a retried ack
   unleased[#unleased + 1] = id
+  -- a linked job (field k: of a group or a workflow) has more to read, plain ones do not
+  local links = record[3] and redis.call('HMGET', key, 'g', 'pa', 'pi', 'pt', 'pq')
   if outcome == 'complete' then
-    complete(id, key, data, record[6])
+    complete(id, key, data, links and links[4])
   elseif outcome == 'retry' then
     schedule_retry(id, key, data, delay_ms)
   elseif outcome == 'bury' then
@@ -148,10 +150,10 @@ local function settle(id, lease, outcome, data, delay_ms)
   if code then counts[code] = (counts[code] or 0) + 1 end
   if FINAL[outcome] then
     finished[#finished + 1] = id
-    if record[3] or record[4] or record[6] then
+    if links then
       L.handed_off = false
-      follow_links(L, id, outcome == 'complete', data, record[3], record[4], record[5], record[6],
-        record[7], outcome == 'bury')
+      follow_links(L, id, outcome == 'complete', data, links[1], links[2], links[3], links[4],
+        links[5], outcome == 'bury')
       if L.handed_off then return 3 end
     end
   end

@@ -98,7 +98,7 @@ for i = 1, count do
     if delay_ms > 0 then due = now + delay_ms end
     if due_ms > due then due = due_ms end
     redis.call('HSET', key, 's', 'waiting', 'm', ARGV[base + 3], 'pr', priority,
-      'et', now)
+      'et', now, 'k', 1) -- k: it has links (ack reads them only then)
     if payload ~= '' then redis.call('HSET', key, 'p', payload) end
     if due > now then redis.call('HSET', key, 'du', due) end
     if parents ~= '' then

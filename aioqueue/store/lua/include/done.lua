@@ -13,6 +13,8 @@ local function done_slot(id)
   return slot
 end
 
+local done_span, done_generation, done_keys_prefix -- mark_done's, once per call
+
 local function is_done(done_prefix, id, now, span_ms)
   if span_ms <= 0 then return false end
   local generation, slot = math.floor(now / span_ms), done_slot(id)
@@ -22,8 +24,11 @@ local function is_done(done_prefix, id, now, span_ms)
 end
 
 local function mark_done(done_prefix, id, now, span_ms)
-  local generation = math.floor(now / span_ms)
-  local key = done_prefix .. span_ms .. ':' .. generation .. ':' .. done_slot(id)
+  if done_span ~= span_ms then
+    done_span, done_generation = span_ms, math.floor(now / span_ms)
+    done_keys_prefix = done_prefix .. span_ms .. ':' .. done_generation .. ':'
+  end
+  local key = done_keys_prefix .. done_slot(id)
   redis.call('HSET', key, id, '')
-  redis.call('PEXPIREAT', key, (generation + 2) * span_ms)
+  redis.call('PEXPIREAT', key, (done_generation + 2) * span_ms)
 end

@@ -50,6 +50,14 @@ async def test_a_user_with_the_listed_commands_can_do_everything(
     async def waits() -> None:
         await release.wait()
 
+    @app.task(queue="side")
+    async def leaf(x: int) -> int:
+        return x
+
+    @app.task
+    async def total(results: list[int]) -> int:
+        return sum(results)
+
     @app.subscriber("events", group="g")
     async def on_event(body: Any) -> None:
         return None
@@ -59,6 +67,10 @@ async def test_a_user_with_the_listed_commands_can_do_everything(
         many = await app.queue().enqueue_many(add.enqueue(n, n) for n in range(10))
         later = await add.enqueue(5, 5).options(delay=0.2)
         dead = await fails.enqueue()
+        flow = await aioqueue.chord([leaf.enqueue(x) for x in range(3)], total.callback())
+        grouped = [await add.enqueue(n, 0).options(group="g1") for n in range(3)]
+        async with app.batch() as batch:
+            batch.add(add.enqueue(1, 1))
         await app.add_periodic(add, every=3600, args=[0, 0], name="hourly")
         await app.topic("events").publish_many(range(5))
         room = app.group("room")
@@ -66,8 +78,11 @@ async def test_a_user_with_the_listed_commands_can_do_everything(
         await room.send("alice", {"text": "hi"})
         await room.ack("alice", await room.fetch("alice"))
         await app.mailbox("box").send("x")
-        async with app.worker(concurrency=5, lease=2):
+        async with app.worker(concurrency=5, lease=2, queues=["default", "side"]):
             assert await one.result(timeout=5) == 3
+            assert await flow.result(timeout=5) == 3  # (a hand-off from "side")
+            assert [await job.result(timeout=5) for job in grouped] == [0, 1, 2]
+            assert (await batch.wait(timeout=5)).succeeded == 1
             assert [await job.result(timeout=5) for job in many] == [2 * n for n in range(10)]
             assert await later.result(timeout=5) == 10
             with pytest.raises(aioqueue.JobFailed):

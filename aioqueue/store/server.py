@@ -81,7 +81,7 @@ REQUIRED_COMMANDS = (
     # waiting, reading, admin and the worker's own keys
     "blpop", "time", "ping", "info",
     "get", "set", "del", "mget", "incr", "incrby", "decr", "pexpire", "pexpireat", "exists",
-    "hget", "hgetall", "hset", "hdel", "hmget", "hincrby", "hexists",
+    "hget", "hgetall", "hset", "hsetnx", "hdel", "hmget", "hincrby", "hexists",
     "zrange", "zrangebyscore", "zrevrangebyscore", "zadd", "zrem", "zcard", "zscore",
     "llen", "lpop", "lpush", "lrange", "lpos", "rpush", "ltrim",
     "smembers", "sadd", "srem", "scan",
@@ -90,6 +90,8 @@ REQUIRED_COMMANDS = (
     "xautoclaim", "xtrim", "xgroup|create", "xinfo|stream", "xinfo|groups",
     # pub/sub (results, aborts, messaging wake-ups) and pipelines
     "publish", "subscribe", "unsubscribe", "multi", "exec",
+    # sharded pub/sub, on a Redis Cluster
+    "spublish", "ssubscribe", "sunsubscribe",
     # the start-up check of the eviction policy (optional: refused, it is skipped)
     "config|get",
 )  # fmt: skip

@@ -9,9 +9,10 @@ import signal
 import sys
 
 import pytest
+from rich.console import Console
 
 import aioqueue
-from aioqueue.ops.tables import QueueSnapshot
+from aioqueue.ops.tables import QueueSnapshot, info_table
 from tests.test_cli import TARGET, cli_env, producer, run_cli
 
 __all__ = ["cli_env", "producer"]  # fixtures, shared with test_cli
@@ -192,3 +193,11 @@ async def test_queue_limits_from_the_cli(cli_env: dict[str, str], producer: aioq
     assert (code, out.strip()) == (0, "emails: no limits")
     assert await producer.queue("emails").limits() == aioqueue.QueueLimits()
     await producer.close()
+
+
+def test_info_says_how_many_jobs_wait() -> None:
+    counts = aioqueue.QueueCounts(0, 0, 0, 0, waiting=12)
+    table = info_table([QueueSnapshot("q", counts, [], [])], now_ms=0)
+    console = Console(width=120, record=True)
+    console.print(table)
+    assert "12 waiting" in console.export_text()

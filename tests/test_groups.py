@@ -170,3 +170,21 @@ def test_a_debounced_call_cannot_have_a_group(app: aioqueue.App) -> None:
 
     with pytest.raises(aioqueue.ConfigError, match="group"):
         step.enqueue().options(id="k", debounce=1, group="g")
+
+
+async def test_counts_say_how_many_jobs_wait(app: aioqueue.App) -> None:
+    """``counts().waiting``: jobs behind their group (and workflow parents), kept by the
+    scripts as jobs start waiting and stop: made ready, cancelled, or closed."""
+
+    @app.task
+    async def step(n: int) -> int:
+        return n
+
+    queue = app.queue()
+    jobs = [await step.enqueue(n).options(group="g") for n in range(4)]
+    assert (await queue.counts()).waiting == 3
+    assert await jobs[2].cancel()
+    assert (await queue.counts()).waiting == 2
+    async with app.worker():
+        await jobs[3].result(timeout=10)
+    assert (await queue.counts()).waiting == 0

@@ -165,6 +165,8 @@ async def test_a_workflows_jobs_show_their_links(
     assert f"id={workflow.id}" in unescape(child)  # a link to its parent
     grouped = await tasks["send_email"].enqueue("g@example.com").options(group="customer-7")
     assert "customer-7" in (await client.get(f"/job?queue=emails&id={grouped.id}")).text
+    queue_page = (await client.get("/queue/emails")).text
+    assert re.search(r"data-waiting>1 waiting for their group or children", queue_page)
 
 
 async def test_a_dead_job_shows_its_error_and_traceback(

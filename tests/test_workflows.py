@@ -256,10 +256,15 @@ async def test_submitting_a_flow_again_under_its_id_adds_nothing(
     assert first.job.created and not again.job.created
     assert (await again.status()).children == 3
     assert await app.queue().counts() == aioqueue.QueueCounts(
-        ready=3, scheduled=0, active=0, dead=0
+        ready=3,
+        scheduled=0,
+        active=0,
+        dead=0,
+        waiting=1,  # the parent, once
     )
     async with app.worker():
         assert await again.result(timeout=10) == 3
+    assert (await app.queue().counts()).waiting == 0
 
 
 async def test_a_fan_in_wider_than_one_script_call(app: aioqueue.App) -> None:
@@ -443,3 +448,28 @@ async def _drained(queue: aioqueue.Queue) -> bool:
 
 async def _handed_off(redis: Redis, queue: aioqueue.Queue, count: int) -> bool:
     return await redis.zcard(queue.keys.handoff) == count
+
+
+async def test_counts_say_how_many_parents_wait(app: aioqueue.App) -> None:
+    @app.task(retries=0)
+    async def leaf(x: int) -> int:
+        if x < 0:
+            raise ValueError(x)
+        return x
+
+    @app.task
+    async def total(results: list[int]) -> int:
+        return sum(results)
+
+    queue = app.queue()
+    good = await chord([leaf.enqueue(1), leaf.enqueue(2)], total.callback())
+    bad = await chord([leaf.enqueue(-1)], total.callback())  # failed by its child
+    async with app.batch() as batch:
+        batch.add(leaf.enqueue(3))
+    assert (await queue.counts()).waiting == 3  # two parents, one batch
+    async with app.worker():
+        assert await good.result(timeout=10) == 3
+        with pytest.raises(aioqueue.JobFailed):
+            await bad.result(timeout=10)
+        await batch.wait(timeout=10)
+    assert (await queue.counts()).waiting == 0

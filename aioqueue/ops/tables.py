@@ -51,7 +51,7 @@ def _count(minute: MinuteCounts, field: str) -> int:
 def info_table(queues: Sequence[QueueSnapshot], *, now_ms: int | None = None) -> Table:
     """Per queue: ready (by priority), scheduled, active, dead, completed and failed per
     second over the last minute, live workers and the jobs they run; a paused or limited
-    queue's name says so."""
+    queue's name says so, and how many of its jobs wait (for their group or children)."""
     table = Table(title="aioqueue", title_justify="left")
     table.add_column("queue", no_wrap=True, min_width=max((len(q.name) for q in queues), default=5))
     for name in ("ready", "sched", "active", "dead", "done/s", "fail/s", "workers"):
@@ -79,6 +79,8 @@ def _queue_name(queue: QueueSnapshot) -> str:
         parts.append(f"≤{limits.concurrency} running")
     if limits is not None and limits.rate_per_second is not None:
         parts.append(f"{limits.rate_per_second:g}/s")
+    if queue.counts.waiting:  # behind their groups, or for their children
+        parts.append(f"{queue.counts.waiting} waiting")
     return name + (f"\n[dim]{', '.join(parts)}[/dim]" if parts else "")
 
 

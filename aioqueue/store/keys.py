@@ -26,6 +26,7 @@ Roles:
               or "f" (failed), followed by the result or error JSON if the parent keeps them
   handoff     ZSET  outcomes of this queue's jobs for parents on other queues, waiting to
               be delivered there (a worker's HandOff: deliver.lua, then ZREM)
+  waiting     STRING how many jobs wait behind their group or for their children
   job:<id>    HASH  the job record (fields: see records.py)
   done:<w>:<g>:<s> HASH completed jobs that returned nothing, id -> "": no record each (a
               key costs ~190 B however small) but a field in one of DONE_SLOTS small
@@ -178,9 +179,14 @@ class QueueKeys:
         """ZSET of outcomes waiting to be delivered to parents on other queues."""
         return f"{self.base}:handoff"
 
+    @property
+    def waiting(self) -> str:
+        """STRING: how many jobs are waiting (behind their group, or for their children)."""
+        return f"{self.base}:waiting"
+
     def links(self) -> list[str]:
         """The keys of include/links.lua, in the order the scripts declare them."""
-        return [self.groups, self.group_prefix, self.inputs_prefix, self.handoff]
+        return [self.groups, self.group_prefix, self.inputs_prefix, self.handoff, self.waiting]
 
     @property
     def rate(self) -> str:

@@ -108,8 +108,9 @@ async def scheduled(
 
 
 async def counts(redis: Redis, keys: QueueKeys) -> QueueCounts:
-    """Ready, scheduled, active and dead jobs (one round trip, one snapshot). Ready is
-    what the ready lists hold less the entries of cancelled jobs that take will skip."""
+    """Ready, scheduled, active, dead and waiting jobs (one round trip, one snapshot).
+    Ready is what the ready lists hold less the entries of cancelled jobs that take will
+    skip."""
     async with redis.pipeline(transaction=True) as pipe:
         for key in keys.ready_lists():
             pipe.llen(key)
@@ -118,13 +119,14 @@ async def counts(redis: Redis, keys: QueueKeys) -> QueueCounts:
         pipe.zcard(keys.active)
         pipe.zcard(keys.dead)
         pipe.exists(keys.paused)
+        pipe.get(keys.waiting)
         replies = await pipe.execute()
-    *ready, skips, scheduled, active, dead, paused = replies
+    *ready, skips, scheduled, active, dead, paused, waiting = replies
     by_priority = {level: int(n) for level, n in enumerate(ready) if int(n)}
     listed = sum(by_priority.values())
     return QueueCounts(
         max(0, listed - int(skips or 0)), int(scheduled), int(active), int(dead), by_priority,
-        paused=bool(paused),
+        paused=bool(paused), waiting=max(0, int(waiting or 0)),
     )  # fmt: skip
 
 

@@ -237,6 +237,7 @@ class QueueCounts:
     # the entries of cancelled jobs that take has yet to skip, which ``ready`` does not
     ready_by_priority: Mapping[int, int] = field(default_factory=dict, compare=False)
     paused: bool = False  # workers take nothing from it (``queue.pause()``)
+    waiting: int = 0  # behind their group, or for their children (groups, workflows)
 
 
 # -- what the scripts take and return --------------------------------------------------

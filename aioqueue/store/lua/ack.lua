@@ -17,6 +17,7 @@ KEYS[19]     groups         HASH  group -> id of the job that holds it (include/
 KEYS[20]     group_prefix         prefix of the groups' waiting lists
 KEYS[21]     inputs_prefix        prefix of the parents' inputs hashes
 KEYS[22]     handoff        ZSET  outcomes for parents on other queues, to deliver there
+KEYS[23]     waiting        STRING how many jobs wait (behind a group, or for children)
 ARGV[1] result_ttl_ms  how long finished records with a result or an error are kept; 0
                        deletes them
 ARGV[2] kept_ms        how long a complete job with no result (None) is remembered: the
@@ -64,7 +65,7 @@ local unleased = {} -- ids whose leases go, in one ZREM at the end
 local L = {
   job_prefix = job_prefix, ready = READY, notify = notify, schedule = schedule,
   schedule_wake = schedule_wake, groups = KEYS[19], group_prefix = KEYS[20],
-  inputs_prefix = KEYS[21], handoff = KEYS[22], now = now, result_ttl_ms = result_ttl_ms,
+  inputs_prefix = KEYS[21], handoff = KEYS[22], waiting = KEYS[23], now = now, result_ttl_ms = result_ttl_ms,
   finished = finished,
 }
 

@@ -18,7 +18,8 @@ KEYS[6]      groups         HASH  group -> id of the job that holds it
 KEYS[7]      group_prefix         prefix of the groups' waiting lists
 KEYS[8]      inputs_prefix        prefix of the parents' inputs hashes
 KEYS[9]      handoff        ZSET  outcomes for parents on other queues, to deliver there
-KEYS[10..19] ready          LIST  ready lists of priorities 0..9
+KEYS[10]     waiting        STRING how many jobs wait (behind a group, or for children)
+KEYS[11..20] ready          LIST  ready lists of priorities 0..9
 ARGV[1] id
 ARGV[2] result_ttl_ms  how long a cancelled scheduled record is kept (0: deleted). A
                        queued one keeps its record until take skips its ready entry.
@@ -54,12 +55,13 @@ if state == 'queued' then -- its ready entry stays until take skips it
 else -- no entry left anywhere (a group's list skips it): the record may expire now
   redis.call('ZREM', schedule, id)
   expire_record(job, result_ttl_ms)
+  if state == 'waiting' then redis.call('DECR', KEYS[10]) end
 end
 local finished = {id}
 local L = {
-  job_prefix = KEYS[1], ready = 10, notify = KEYS[4], schedule = schedule,
+  job_prefix = KEYS[1], ready = 11, notify = KEYS[4], schedule = schedule,
   schedule_wake = KEYS[5], groups = KEYS[6], group_prefix = KEYS[7], inputs_prefix = KEYS[8],
-  handoff = KEYS[9], now = now, result_ttl_ms = result_ttl_ms, finished = finished,
+  handoff = KEYS[9], waiting = KEYS[10], now = now, result_ttl_ms = result_ttl_ms, finished = finished,
 }
 local outcome = reason -- a batch's barrier tells its callbacks the counts so far
 if record[5] and redis.call('HEXISTS', job, 'p') == 0 then outcome = barrier_summary(job) end

@@ -12,7 +12,8 @@ KEYS[5]      groups         HASH  group -> id of the job that holds it (include/
 KEYS[6]      group_prefix         prefix of the groups' waiting lists
 KEYS[7]      inputs_prefix        prefix of the parents' inputs hashes
 KEYS[8]      handoff        ZSET  this queue's own outcomes for parents on yet other queues
-KEYS[9..18]  ready          LIST  ready lists of priorities 0..9
+KEYS[9]      waiting        STRING how many jobs wait (behind a group, or for children)
+KEYS[10..19] ready          LIST  ready lists of priorities 0..9
 ARGV[1]      result_ttl_ms  how long a parent closed here (failed, or a barrier) is kept
 ARGV[2]      settled        the queue's settled channel: parents closed here are announced
 ARGV[3..]    three per outcome: parents (ids, space-separated), the child's index, and
@@ -25,9 +26,9 @@ Returns how many outcomes it read.
 -- @include settled
 local finished = {}
 local L = {
-  job_prefix = KEYS[1], ready = 9, notify = KEYS[2], schedule = KEYS[3],
+  job_prefix = KEYS[1], ready = 10, notify = KEYS[2], schedule = KEYS[3],
   schedule_wake = KEYS[4], groups = KEYS[5], group_prefix = KEYS[6], inputs_prefix = KEYS[7],
-  handoff = KEYS[8], now = redis_clock(), result_ttl_ms = tonumber(ARGV[1]),
+  handoff = KEYS[8], waiting = KEYS[9], now = redis_clock(), result_ttl_ms = tonumber(ARGV[1]),
   finished = finished,
 }
 for i = 3, #ARGV, 3 do

@@ -21,7 +21,9 @@ KEYS[6]      groups         HASH  group -> id of the job that holds it
 KEYS[7]      group_prefix         prefix of the groups' waiting lists
 KEYS[8]      inputs_prefix        prefix of the parents' inputs hashes (include/links.lua)
 KEYS[9]      handoff        ZSET  outcomes for parents on other queues (include/links.lua)
-KEYS[10..19] ready          LIST  ready lists of priorities 0..9
+KEYS[10]     waiting        STRING how many jobs wait (every job here is written waiting,
+                                  and counted, then made ready if it need not wait)
+KEYS[11..20] ready          LIST  ready lists of priorities 0..9
 ARGV[1]      count          jobs in this call
 ARGV[2]      span_ms        the idempotency window of completed jobs with no result
 ARGV[3]      seal           ids of parents to seal after this call's jobs (space-separated)
@@ -50,9 +52,9 @@ local job_prefix, done_prefix, groups = KEYS[4], KEYS[5], KEYS[6]
 local count, span_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
 local now = redis_clock()
 local L = {
-  job_prefix = job_prefix, ready = 10, notify = notify, schedule = schedule,
+  job_prefix = job_prefix, ready = 11, notify = notify, schedule = schedule,
   schedule_wake = schedule_wake, groups = groups, group_prefix = KEYS[7],
-  inputs_prefix = KEYS[8], handoff = KEYS[9], now = now, result_ttl_ms = tonumber(ARGV[4]),
+  inputs_prefix = KEYS[8], handoff = KEYS[9], waiting = KEYS[10], now = now, result_ttl_ms = tonumber(ARGV[4]),
   finished = {},
 }
 local out = {}
@@ -99,6 +101,7 @@ for i = 1, count do
     if due_ms > due then due = due_ms end
     redis.call('HSET', key, 's', 'waiting', 'm', ARGV[base + 3], 'pr', priority,
       'et', now, 'k', 1) -- k: it has links (ack reads them only then)
+    redis.call('INCR', L.waiting)
     if payload ~= '' then redis.call('HSET', key, 'p', payload) end
     if due > now then redis.call('HSET', key, 'du', due) end
     if parents ~= '' then

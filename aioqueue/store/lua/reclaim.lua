@@ -15,6 +15,7 @@ KEYS[18]     groups      HASH  group -> id of the job that holds it (include/lin
 KEYS[19]     group_prefix      prefix of the groups' waiting lists
 KEYS[20]     inputs_prefix     prefix of the parents' inputs hashes
 KEYS[21]     handoff     ZSET  outcomes for parents on other queues, to deliver there
+KEYS[22]     waiting     STRING how many jobs wait (behind a group, or for children)
 ARGV[1] limit                  max jobs per call
 ARGV[2] default_max_attempts   for jobs enqueued without their own maximum (m = 0); a
                                job with m < 0 retries forever and is never buried here
@@ -40,7 +41,7 @@ local finished = {}
 local L = {
   job_prefix = job_prefix, ready = READY, notify = notify, schedule = KEYS[16],
   schedule_wake = KEYS[17], groups = KEYS[18], group_prefix = KEYS[19], inputs_prefix = KEYS[20],
-  handoff = KEYS[21], now = now, result_ttl_ms = result_ttl_ms, finished = finished,
+  handoff = KEYS[21], waiting = KEYS[22], now = now, result_ttl_ms = result_ttl_ms, finished = finished,
 }
 
 local expired = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, limit)

@@ -16,6 +16,7 @@ KEYS[16]     groups      HASH  group -> id of the job that holds it (include/lin
 KEYS[17]     group_prefix      prefix of the groups' waiting lists
 KEYS[18]     inputs_prefix     prefix of the parents' inputs hashes
 KEYS[19]     handoff     ZSET  outcomes for parents on other queues
+KEYS[20]     waiting     STRING how many jobs wait (behind a group, or for children)
 ARGV[1], ...  ids of job records to look at (found by SCAN), at most a few hundred a call
 
 Returns {looked_at, repaired}.
@@ -31,7 +32,7 @@ local repaired = 0
 local L = {
   job_prefix = job_prefix, ready = READY, notify = notify, schedule = schedule,
   schedule_wake = schedule_wake, groups = KEYS[16], group_prefix = KEYS[17],
-  inputs_prefix = KEYS[18], handoff = KEYS[19], now = now, result_ttl_ms = 0, finished = {},
+  inputs_prefix = KEYS[18], handoff = KEYS[19], waiting = KEYS[20], now = now, result_ttl_ms = 0, finished = {},
 }
 
 for i = 1, #ARGV do

@@ -16,8 +16,9 @@
 --
 -- L, the caller's keys and values: job_prefix, ready (index in KEYS of the ready list of
 -- priority 0), notify, schedule, schedule_wake, groups, group_prefix, inputs_prefix,
--- handoff, now, result_ttl_ms, finished (a list: ids to announce on the settled channel);
--- handed_off is set when an outcome went to the handoff ZSET.
+-- handoff, waiting (the count of waiting jobs), now, result_ttl_ms, finished (a list: ids
+-- to announce on the settled channel); handed_off is set when an outcome went to the
+-- handoff ZSET.
 -- @include ready
 -- @include record
 -- @include schedule
@@ -25,6 +26,7 @@
 -- A job that waited (behind its group, or for its children) goes ahead: ready now, or on
 -- the schedule if it was enqueued with a later due time (field du).
 local function make_ready(L, id, key, priority, due)
+  redis.call('DECR', L.waiting)
   if due and due > L.now then
     redis.call('HSET', key, 's', 'scheduled')
     schedule_at(L.schedule, L.schedule_wake, id, due)
@@ -90,6 +92,7 @@ end
 -- settled. Its inputs go; its own parents (`up`: their ids, its index, their queue if
 -- another) hear of it, through the caller's work list.
 local function close_parent(L, id, key, state, field, data, work, ok, up)
+  redis.call('DECR', L.waiting)
   redis.call('HSET', key, 's', state, field, data, 'ft', L.now)
   expire_record(key, L.result_ttl_ms)
   redis.call('DEL', L.inputs_prefix .. id)

@@ -37,6 +37,7 @@ hash) or its tick was enqueued already (state 'tick-done').
 -- @include clock
 -- @include done
 -- @include notify
+-- @include record
 -- @include schedule
 local notify, schedule, schedule_wake = KEYS[1], KEYS[2], KEYS[3]
 local ticks, job_prefix, done_prefix = KEYS[4], KEYS[5], KEYS[6]
@@ -72,7 +73,7 @@ for i = 1, count do
   local job = job_prefix .. id
   local existing = false
   if resend or ARGV[base + 6] ~= '1' then
-    existing = redis.call('HGET', job, 's')
+    existing = record_state(job)
     if not existing and is_done(done_prefix, id, now, span_ms) then existing = 'complete' end
   end
   if existing then

@@ -46,6 +46,7 @@ because a parent of it is sealed already (its workflow was written before) says 
 -- @include clock
 -- @include done
 -- @include links
+-- @include record
 -- @include settled
 local notify, schedule, schedule_wake = KEYS[1], KEYS[2], KEYS[3]
 local job_prefix, done_prefix, groups = KEYS[4], KEYS[5], KEYS[6]
@@ -87,7 +88,7 @@ for i = 1, count do
   local group, parents, parent = ARGV[base + 6], ARGV[base + 7], ARGV[base + 9]
   local parent_queue, remote_children = ARGV[base + 10], tonumber(ARGV[base + 11])
   local key = job_prefix .. id
-  local existing = redis.call('HGET', key, 's')
+  local existing = record_state(key)
   if not existing and is_done(done_prefix, id, now, span_ms) then existing = 'complete' end
   local index = ARGV[base + 8]
   if not existing and parents ~= '' and parent_queue == '' and not joins(parents, index) then

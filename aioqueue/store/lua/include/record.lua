@@ -12,3 +12,12 @@ end
 local function error_json(error_type, message)
   return cjson.encode({type = error_type, message = message, traceback = ''})
 end
+
+-- A record's state, or 'foreign' if the key holds something that is not a hash (a queue
+-- edited by hand): an enqueue skips such an id instead of failing the whole call midway
+-- (the jobs before it in the call would keep records without their ready entries).
+local function record_state(key)
+  local state = redis.pcall('HGET', key, 's')
+  if type(state) == 'table' and state.err then return 'foreign' end
+  return state
+end

@@ -48,9 +48,9 @@ async def test_a_failing_call_of_a_flush_fails_only_its_own_callers(
 
     queue = app.queue()
     await noop.enqueue(-1)
-    await redis.set(queue.keys.job("bad"), "not a job record")  # the script's HGET fails
+    await redis.set(queue.keys.ready(3), "not a list")  # the script's RPUSH there fails
     calls = [noop.enqueue(n) for n in range(250)]
-    calls[150] = noop.enqueue(150).options(id="bad")
+    calls[150] = noop.enqueue(150).options(priority=3)
     results = await asyncio.gather(*calls, return_exceptions=True)
     failed = [i for i, result in enumerate(results) if isinstance(result, BaseException)]
     assert 150 in failed

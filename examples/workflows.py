@@ -11,7 +11,7 @@ Run it (a private redis-server is started when ``AIOQUEUE_REDIS_URL`` is unset):
 
 Or enqueue from one process and run a long-lived worker for these tasks in another::
 
-    aioqueue worker examples.workflows:app -q fetch,reports,imports
+    aioqueue worker examples.workflows:app      # every queue of the app
 """
 
 from __future__ import annotations

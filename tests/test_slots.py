@@ -39,6 +39,28 @@ async def test_jobs_beyond_the_free_slots_wait_and_start_in_order() -> None:
     assert (started, slots.running, slots.waiting, slots.ended) == (["a", "b", "c", "d"], 1, 0, 3)
 
 
+async def test_a_quiet_queue_may_take_one_job_past_a_full_worker() -> None:
+    """reserve_beyond: one job past the capacity (for a queue with nothing in hand, the
+    consumer's rule), only while the worker takes ahead at all: a worker of long jobs has
+    no lookahead and holds none it cannot start soon. The job waits in order for a slot."""
+    started: list[str] = []
+    slots: Slots[str] = Slots(1, started.append)
+    assert slots.reserve(5) == 1
+    slots.admit("busy-1")
+    assert slots.room == 0 and slots.reserve_beyond() == 0  # no lookahead: long jobs
+    slots.lookahead = 1
+    assert slots.reserve(5) == 1
+    slots.admit("busy-2")
+    assert slots.room == 0 and slots.reserve_beyond() == 1
+    slots.admit("quiet")
+    assert (started, slots.waiting) == (["busy-1"], 2)
+    slots.end()
+    slots.end()
+    assert started == ["busy-1", "busy-2", "quiet"]
+    slots.stop_starting()
+    assert slots.reserve_beyond() == 0
+
+
 async def test_unreserved_room_comes_back() -> None:
     slots: Slots[str] = Slots(3, lambda job: None)
     assert slots.reserve(5) == 3

@@ -166,6 +166,8 @@ class QueueConsumer(Component):
             limit = 1 if self._probing else TAKES_IN_FLIGHT
             if out < limit and slots.room >= (chunk if out else 1):
                 return slots.reserve(chunk)
+            if not out and not self._acks.held and slots.reserve_beyond():
+                return 1  # nothing of this queue in hand: one job past the capacity
             await slots.wait_change()
         return 0
 
@@ -175,6 +177,8 @@ class QueueConsumer(Component):
         trip after it is due (not a promote, then a notify token, then a take)."""
         behind = self._order is not None and self._order.ahead_busy(self)
         room = 0 if self.stopping.is_set() or behind else self._slots.reserve(MAX_TAKE)
+        if not room and not behind and not self.stopping.is_set() and not self._acks.held:
+            room = self._slots.reserve_beyond()  # (as _reserve_take: a due job goes ahead)
         if room:
             self._takes_out += 1
             result = await self._take(room, woken=False, promote=limit)

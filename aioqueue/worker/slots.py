@@ -68,6 +68,17 @@ class Slots(Generic[T]):
         self._reserved += count
         return count
 
+    def reserve_beyond(self) -> int:
+        """Reserve room for one job past the capacity, for a queue with nothing in hand
+        while other queues' jobs fill the worker: it then waits for a slot with the jobs
+        taken ahead instead of for room to take (which the busy queues' takes win as it
+        frees). Only while jobs end fast enough that taking ahead pays (a lookahead): a
+        worker busy with long jobs holds none it cannot start soon. 1 if reserved, else 0."""
+        if not self.lookahead or self._stopped:
+            return 0
+        self._reserved += 1
+        return 1
+
     def unreserve(self, count: int) -> None:
         """Give back reserved room (a take came back short); wakes wait_change()."""
         self._reserved -= count

@@ -5,8 +5,8 @@ its own: a tree). The whole tree is written at once, parents first, by
 ``enqueue_linked.lua``; from then on the scripts that settle jobs keep the counts
 (``lua/include/links.lua``): a child that finishes for good counts in its parent once
 (a re-run never counts twice), and the parent runs when none is pending, with its
-children's outcomes as its first argument. Nothing here polls or runs on a worker's
-side: a worker killed mid-workflow loses nothing.
+children's outcomes as its first argument. Nothing polls, and every count moves in the
+same atomic step as the settlement it follows: a worker killed mid-workflow loses nothing.
 
 ``chain(a, b, c)``: b runs with a's result, c with b's. ``chord(jobs, callback)``: the
 callback runs with every job's result, in order. ``Batch``: jobs whose callbacks run once

@@ -13,7 +13,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 import aioqueue
 from aioqueue import ChildFailed, JobStatus, chain, chord
+from aioqueue.store import scripts
+from aioqueue.store.keys import QueueKeys
+from aioqueue.store.records import LinkedJob, NewJob, Outcome, Settlement
 from tests.helpers import now, wait_until
+
+TTL = 60_000
 
 
 async def _idle(queue: aioqueue.Queue) -> bool:
@@ -465,3 +470,35 @@ async def test_a_burst_without_a_rate_is_refused(app: aioqueue.App) -> None:
 
     with pytest.raises(aioqueue.ConfigError, match="rate"):
         await app.queue("capped").set_limits(burst=5)
+
+
+@pytest.mark.parametrize("outcome", ["bury", "complete"])
+async def test_a_barrier_sealed_after_its_children_settled_reports_how_they_ended(
+    db: Redis, keys: QueueKeys, outcome: Outcome
+) -> None:
+    """A batch written in several calls is sealed by a last one, after its children may
+    have finished (workers run them meanwhile): the barrier then completes at the seal,
+    and its on_success parent runs only if every child succeeded (it ran even after a
+    failure when the seal reported every sealed barrier as a success)."""
+    success = NewJob("s", b'{"t":"cb","in":"summary"}', 5)
+    await scripts.enqueue_linked(
+        db, keys,
+        [
+            LinkedJob(success, parent="f1"),
+            LinkedJob(NewJob("b", b"", 0), parents="s", position=1, parent="i0"),
+            LinkedJob(NewJob("b/1", b'{"t":"x"}', 0), parents="b", position=1),
+        ],
+    )  # fmt: skip
+    # (no seal yet: the last call of a write in several calls seals)
+    [child] = (await scripts.take(db, keys, lease="w:1", lease_ms=30_000, limit=1)).jobs
+    assert child.id == b"b/1"
+    data = b'"E"' if outcome == "bury" else b"1"
+    await scripts.ack(
+        db, keys, [Settlement(child.id, child.lease, outcome, data)], result_ttl_ms=TTL
+    )
+    assert await db.hget(keys.job("s"), "s") == b"waiting"  # nothing released before the seal
+    await scripts.enqueue_linked(db, keys, [], seal=["s", "b"], result_ttl_ms=TTL)
+    assert await db.hget(keys.job("b"), "s") == b"complete"
+    expected = b"failed" if outcome == "bury" else b"queued"
+    assert await db.hget(keys.job("s"), "s") == expected
+    assert await db.get(keys.waiting) == b"0"

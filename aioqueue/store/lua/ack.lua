@@ -62,12 +62,10 @@ local history_ms, settled_channel, history_prefix = tonumber(ARGV[4]), ARGV[5], 
 local now = redis_clock()
 local counts, finished = {}, {} -- outcome code -> n; ids of jobs that finished
 local unleased = {} -- ids whose leases go, in one ZREM at the end
-local L = {
+local L = links_context(19, {
   job_prefix = job_prefix, ready = READY, notify = notify, schedule = schedule,
-  schedule_wake = schedule_wake, groups = KEYS[19], group_prefix = KEYS[20],
-  inputs_prefix = KEYS[21], handoff = KEYS[22], waiting = KEYS[23], now = now, result_ttl_ms = result_ttl_ms,
-  finished = finished,
-}
+  schedule_wake = schedule_wake, now = now, result_ttl_ms = result_ttl_ms, finished = finished,
+})
 
 -- The history code of each outcome, and whether the job is finished by it.
 local CODE = {complete = 'c', retry = 'r', bury = 'd', fail = 'f', abort = 'x'}

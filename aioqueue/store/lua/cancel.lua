@@ -48,21 +48,19 @@ end
 if state ~= 'queued' and state ~= 'scheduled' and state ~= 'waiting' then return {0, state} end
 
 local now = redis_clock()
+local finished = {id}
+local L = links_context(6, {
+  job_prefix = KEYS[1], ready = 11, notify = KEYS[4], schedule = schedule,
+  schedule_wake = KEYS[5], now = now, result_ttl_ms = result_ttl_ms, finished = finished,
+})
 local reason = error_json('JobCancelled', 'cancelled before it ran')
 redis.call('HSET', job, 's', 'cancelled', 'ft', now, 'e', reason)
 if state == 'queued' then -- its ready entry stays until take skips it
   redis.call('INCR', skips)
 else -- no entry left anywhere (a group's list skips it): the record may expire now
-  redis.call('ZREM', schedule, id)
+  if state == 'scheduled' then redis.call('ZREM', schedule, id) else redis.call('DECR', L.waiting) end
   expire_record(job, result_ttl_ms)
-  if state == 'waiting' then redis.call('DECR', KEYS[10]) end
 end
-local finished = {id}
-local L = {
-  job_prefix = KEYS[1], ready = 11, notify = KEYS[4], schedule = schedule,
-  schedule_wake = KEYS[5], groups = KEYS[6], group_prefix = KEYS[7], inputs_prefix = KEYS[8],
-  handoff = KEYS[9], waiting = KEYS[10], now = now, result_ttl_ms = result_ttl_ms, finished = finished,
-}
 local outcome = reason -- a batch's barrier tells its callbacks the counts so far
 if record[5] and redis.call('HEXISTS', job, 'p') == 0 then outcome = barrier_summary(job) end
 follow_links(L, id, false, outcome, record[2], record[3], record[4], record[5], record[6])

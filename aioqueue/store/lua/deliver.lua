@@ -25,12 +25,11 @@ Returns how many outcomes it read.
 -- @include links
 -- @include settled
 local finished = {}
-local L = {
+local L = links_context(5, {
   job_prefix = KEYS[1], ready = 10, notify = KEYS[2], schedule = KEYS[3],
-  schedule_wake = KEYS[4], groups = KEYS[5], group_prefix = KEYS[6], inputs_prefix = KEYS[7],
-  handoff = KEYS[8], waiting = KEYS[9], now = redis_clock(), result_ttl_ms = tonumber(ARGV[1]),
+  schedule_wake = KEYS[4], now = redis_clock(), result_ttl_ms = tonumber(ARGV[1]),
   finished = finished,
-}
+})
 for i = 3, #ARGV, 3 do
   local outcome = ARGV[i + 2]
   report_to_parents(L, ARGV[i], ARGV[i + 1], string.sub(outcome, 1, 1) == 'c',

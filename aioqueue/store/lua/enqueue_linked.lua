@@ -49,15 +49,13 @@ because a parent of it is sealed already (its workflow was written before) says 
 -- @include record
 -- @include settled
 local notify, schedule, schedule_wake = KEYS[1], KEYS[2], KEYS[3]
-local job_prefix, done_prefix, groups = KEYS[4], KEYS[5], KEYS[6]
+local job_prefix, done_prefix = KEYS[4], KEYS[5]
 local count, span_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
 local now = redis_clock()
-local L = {
+local L = links_context(6, {
   job_prefix = job_prefix, ready = 11, notify = notify, schedule = schedule,
-  schedule_wake = schedule_wake, groups = groups, group_prefix = KEYS[7],
-  inputs_prefix = KEYS[8], handoff = KEYS[9], waiting = KEYS[10], now = now, result_ttl_ms = tonumber(ARGV[4]),
-  finished = {},
-}
+  schedule_wake = schedule_wake, now = now, result_ttl_ms = tonumber(ARGV[4]), finished = {},
+})
 local out = {}
 
 -- Whether the job must wait behind its group (it joins the group's list), or now holds it.
@@ -66,7 +64,7 @@ local function behind_group(group, id)
     redis.call('RPUSH', L.group_prefix .. group, id)
     return true
   end
-  redis.call('HSET', groups, group, id)
+  redis.call('HSET', L.groups, group, id)
   return false
 end
 

@@ -38,11 +38,10 @@ local limit, default_max, result_ttl_ms = tonumber(ARGV[1]), tonumber(ARGV[2]), 
 local history_ms, settled_channel = tonumber(ARGV[4]), ARGV[5]
 local now = redis_clock()
 local finished = {}
-local L = {
+local L = links_context(18, {
   job_prefix = job_prefix, ready = READY, notify = notify, schedule = KEYS[16],
-  schedule_wake = KEYS[17], groups = KEYS[18], group_prefix = KEYS[19], inputs_prefix = KEYS[20],
-  handoff = KEYS[21], waiting = KEYS[22], now = now, result_ttl_ms = result_ttl_ms, finished = finished,
-}
+  schedule_wake = KEYS[17], now = now, result_ttl_ms = result_ttl_ms, finished = finished,
+})
 
 local expired = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, limit)
 local out = {0, 0}

@@ -29,11 +29,10 @@ local schedule, active, notify, job_prefix, READY = KEYS[1], KEYS[2], KEYS[3], K
 local schedule_wake = KEYS[15]
 local now = redis_clock()
 local repaired = 0
-local L = {
+local L = links_context(16, {
   job_prefix = job_prefix, ready = READY, notify = notify, schedule = schedule,
-  schedule_wake = schedule_wake, groups = KEYS[16], group_prefix = KEYS[17],
-  inputs_prefix = KEYS[18], handoff = KEYS[19], waiting = KEYS[20], now = now, result_ttl_ms = 0, finished = {},
-}
+  schedule_wake = schedule_wake, now = now, result_ttl_ms = 0, finished = {},
+})
 
 for i = 1, #ARGV do
   local id = ARGV[i]

@@ -14,14 +14,22 @@
 -- All O(1) per finished job: a group's list is popped from the head (cancelled entries
 -- are skipped as they come), a parent's count is one HINCRBY.
 --
--- L, the caller's keys and values: job_prefix, ready (index in KEYS of the ready list of
--- priority 0), notify, schedule, schedule_wake, groups, group_prefix, inputs_prefix,
--- handoff, waiting (the count of waiting jobs), now, result_ttl_ms, finished (a list: ids
--- to announce on the settled channel); handed_off is set when an outcome went to the
--- handoff ZSET.
+-- L, the caller's keys and values (links_context): job_prefix, ready (index in KEYS of the
+-- ready list of priority 0), notify, schedule, schedule_wake, now, result_ttl_ms,
+-- finished (a list: ids to announce on the settled channel), and the five link keys:
+-- groups, group_prefix, inputs_prefix, handoff, waiting (the count of waiting jobs);
+-- handed_off is set when an outcome went to the handoff ZSET.
 -- @include ready
 -- @include record
 -- @include schedule
+
+-- The caller's context, its five link keys read from KEYS[first .. first + 4], in the
+-- order QueueKeys.links() gives them.
+local function links_context(first, L)
+  L.groups, L.group_prefix, L.inputs_prefix = KEYS[first], KEYS[first + 1], KEYS[first + 2]
+  L.handoff, L.waiting = KEYS[first + 3], KEYS[first + 4]
+  return L
+end
 
 -- A job that waited (behind its group, or for its children) goes ahead: ready now, or on
 -- the schedule if it was enqueued with a later due time (field du).
@@ -112,9 +120,10 @@ local function report_to_parents(L, parents, index, ok, data, parent_queue)
     else
       for parent in string.gmatch(item[1], '%S+') do
         local key = L.job_prefix .. parent
-        local p = redis.call('HMGET', key, 's', 'pk', 'pu', 'pa', 'pi', 'p', 'pr', 'du', 'pv', 'pq')
+        -- (not the payload: it is read, if at all, once the parent is released)
+        local p = redis.call('HMGET', key, 's', 'pk', 'pu', 'pa', 'pi', 'pr', 'du', 'pv', 'pq')
         local value = item[3] and 'c' or 'f'
-        if p[9] == '1' then value = value .. item[4] end
+        if p[8] == '1' then value = value .. item[4] end
         local inputs = L.inputs_prefix .. parent
         if p[1] == 'waiting' and redis.call('HSETNX', inputs, item[2], value) == 1 then
           local pending = redis.call('HINCRBY', key, 'pd', -1)
@@ -122,14 +131,14 @@ local function report_to_parents(L, parents, index, ok, data, parent_queue)
           if not item[3] and p[2] == 'f' then
             local message = 'child ' .. item[2] .. ' of ' .. parent .. ' failed'
             close_parent(L, parent, key, 'failed', 'e', error_json('ChildFailed', message), work,
-              false, {p[4], p[5], p[10]})
+              false, {p[4], p[5], p[9]})
           elseif pending <= 0 and not p[3] then
-            if p[6] then -- a parent with a task: it runs now
-              make_ready(L, parent, key, p[7], tonumber(p[8]))
+            if redis.call('HEXISTS', key, 'p') == 1 then -- a parent with a task: it runs now
+              make_ready(L, parent, key, p[6], tonumber(p[7]))
             else -- a barrier: complete, with its counts
               local summary, bad = barrier_summary(key)
               close_parent(L, parent, key, 'complete', 'r', summary, work, bad == 0,
-                {p[4], p[5], p[10]})
+                {p[4], p[5], p[9]})
             end
           end
         end
@@ -142,16 +151,16 @@ end
 local function seal_parent(L, parent)
   local key = L.job_prefix .. parent
   if redis.call('HDEL', key, 'pu') == 0 then return end
-  local p = redis.call('HMGET', key, 's', 'pd', 'p', 'pr', 'du', 'pa', 'pi', 'pq')
+  local p = redis.call('HMGET', key, 's', 'pd', 'pr', 'du', 'pa', 'pi', 'pq')
   if p[1] ~= 'waiting' or tonumber(p[2] or 0) > 0 then return end
-  if p[3] then
-    make_ready(L, parent, key, p[4], tonumber(p[5]))
-  else
+  if redis.call('HEXISTS', key, 'p') == 1 then
+    make_ready(L, parent, key, p[3], tonumber(p[4]))
+  else -- a barrier whose children all settled before the seal (or that had none)
     local work = {}
-    close_parent(L, parent, key, 'complete', 'r', '{"total":0,"succeeded":0,"failed":0}',
-      work, true, {p[6], p[7], p[8]})
+    local summary, bad = barrier_summary(key)
+    close_parent(L, parent, key, 'complete', 'r', summary, work, bad == 0, {p[5], p[6], p[7]})
     local up = work[1]
-    if up then report_to_parents(L, up[1], up[2], true, up[4], up[5]) end
+    if up then report_to_parents(L, up[1], up[2], up[3], up[4], up[5]) end
   end
 end
 

@@ -161,7 +161,7 @@ async def test_a_successful_batch_runs_both_callbacks(app: aioqueue.App, redis: 
     async with app.worker():
         assert await batch.wait(timeout=10) == aioqueue.BatchSummary(3, 3, 0)
         await wait_until(lambda: now(sorted(calls) == ["complete", "success"]))
-    assert not await redis.keys("*inputs*")
+    assert not await redis.keys(f"{app.settings.prefix}:*inputs*")
 
 
 async def test_an_empty_batch_is_complete_at_once(app: aioqueue.App) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 import os
+import time
+from binascii import b2a_base64
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import ConfigError, InvalidArguments
 from .priorities import DEFAULT_PRIORITY, resolve_priority
 from .settings import check_timeout
+from .store.keys import GENERATED_ID_ALPHABET
 from .store.payload import encode_payload
 from .store.records import NewJob
 from .task import Task
@@ -123,15 +126,19 @@ def _seconds(value: object) -> float:
     return float(seconds)
 
 
-_VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
+_TO_ID_ALPHABET = bytes.maketrans(
+    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", GENERATED_ID_ALPHABET
+)
 
 
 def new_job_id() -> str:
-    """A random UUID (RFC 9562, version 4) in canonical form, from 16 random bytes with the
-    version and variant digits set (``str(uuid.uuid4())`` costs four times as much, and
-    this runs on every enqueue)."""
-    h = os.urandom(16).hex()
-    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}"
+    """A new job id: 20 characters, the millisecond (Unix epoch, 48 bits) then 72 random
+    bits, in base64 with an alphabet in ASCII order (``0-9A-Z_a-z~``): ids sort by when
+    they were made, and those made in one millisecond share a done hash (keys.done_slot).
+    Shorter than a UUID's 36 characters, which every queued job carries in its key and its
+    ready entry, at the same cost to make (~0.7 µs)."""
+    stamp = (time.time_ns() // 1_000_000).to_bytes(6, "big")
+    return b2a_base64(stamp + os.urandom(9), newline=False).translate(_TO_ID_ALPHABET).decode()
 
 
 def check_group(group: str) -> None:

@@ -4,7 +4,8 @@ delayed and timed jobs, cancellation (DESIGN.md §3, §5)."""
 from __future__ import annotations
 
 import asyncio
-import uuid
+import time
+from base64 import b64decode
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -12,6 +13,8 @@ import pytest
 from redis.asyncio import Redis
 
 import aioqueue
+from aioqueue.enqueue import new_job_id
+from aioqueue.store.keys import GENERATED_ID_ALPHABET
 from tests.helpers import counts, drain, run_until_idle, wait_until
 
 QUEUED, SCHEDULED = aioqueue.JobStatus.QUEUED, aioqueue.JobStatus.SCHEDULED
@@ -368,16 +371,31 @@ async def test_unreachable_redis_is_a_clear_error_with_the_job_id() -> None:
     await app.close()
 
 
-async def test_generated_ids_are_canonical_uuid4(app: aioqueue.App) -> None:
+async def test_generated_ids_are_short_unique_and_sort_by_time(app: aioqueue.App) -> None:
     @app.task
     async def noop() -> None: ...
 
+    before = time.time_ns() // 1_000_000
     jobs = [await noop.enqueue() for _ in range(200)]
     jobs += await app.queue().enqueue_many(noop.enqueue() for _ in range(200))
+    after = time.time_ns() // 1_000_000
+    alphabet = set(GENERATED_ID_ALPHABET.decode())
     for job in jobs:
-        parsed = uuid.UUID(job.id)
-        assert (parsed.version, parsed.variant, str(parsed)) == (4, uuid.RFC_4122, job.id)
+        assert len(job.id) == 20 and set(job.id) <= alphabet, job.id
+        stamp = int.from_bytes(b64decode(job.id.translate(_FROM_ID_ALPHABET))[:6], "big")
+        assert before <= stamp <= after
     assert len({job.id for job in jobs}) == 400
+    first = new_job_id()
+
+    async def next_millisecond() -> bool:
+        return new_job_id()[:8] != first[:8]
+
+    await wait_until(next_millisecond)
+    assert first < new_job_id()
+
+
+_BASE64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+_FROM_ID_ALPHABET = str.maketrans(GENERATED_ID_ALPHABET.decode(), _BASE64)
 
 
 async def test_completed_jobs_keep_results_for_result_ttl_and_ids_for_idempotency_ttl(

@@ -7,9 +7,12 @@ expired by rewriting their deadline, never by waiting.
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 from redis.asyncio import Redis
 
+from aioqueue.enqueue import new_job_id
 from aioqueue.store import records, scripts
 from aioqueue.store.keys import QueueKeys, done_slot
 from tests.script_helpers import lease, put, redis_now_ms, settle
@@ -309,6 +312,31 @@ async def test_a_job_with_no_result_keeps_only_its_id_for_its_own_time(
     assert again == records.Enqueued(created=False, state="complete")
 
 
+async def test_jobs_made_in_one_millisecond_are_remembered_in_one_done_hash(
+    db: Redis, keys: QueueKeys
+) -> None:
+    """Generated ids of one millisecond share a done hash: one ack marks them all there,
+    with the generation's expiry, and each is found again by its id."""
+    ids = [f"0Q8S_rgM{n:012d}" for n in range(30)]  # the shape of new_job_id()'s
+    for job_id in ids:
+        await put(db, keys, job_id)
+    taken = await scripts.take(db, keys, lease="w:batch", lease_ms=60_000, limit=30)
+    assert len(taken.jobs) == 30
+    now = await redis_now_ms(db)
+    settlements = [settle(job, "complete", b"null") for job in taken.jobs]
+    assert await scripts.ack(db, keys, settlements, result_ttl_ms=TTL, kept_ms=5_000) == [True] * 30
+    assert len({done_slot(job_id.encode()) for job_id in ids}) == 1
+    hashes = [key.decode() for key in cast("list[bytes]", await db.keys(f"{keys.done_prefix}*"))]
+    assert len(hashes) == 1 and await db.hlen(hashes[0]) == 30
+    assert 0 < await db.pttl(hashes[0]) <= 10_000
+    assert hashes[0] in {
+        keys.done(5_000, g, done_slot(ids[0].encode())) for g in (now // 5_000, now // 5_000 + 1)
+    }
+    for job_id in ids:
+        again = await put(db, keys, job_id, check_created=False, span_ms=5_000)
+        assert again == records.Enqueued(created=False, state="complete")
+
+
 async def test_a_job_with_no_result_keeps_nothing_without_a_window(
     db: Redis, keys: QueueKeys
 ) -> None:
@@ -341,6 +369,9 @@ async def test_failed_and_dead_records_keep_everything(
         "welcome-42",
         "\u00e9t\u00e9-2026",
         "x" * 200,
+        new_job_id(),  # goes by its millisecond
+        "0Q8S_r~z" + "x" * 12,  # a generated id's shape
+        "0Q8S_-=\u00e9" + "x" * 11,  # that shape in length, with characters outside its alphabet
     ],
 )
 async def test_python_and_lua_agree_on_a_done_slot(db: Redis, keys: QueueKeys, job_id: str) -> None:

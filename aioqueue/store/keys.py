@@ -72,11 +72,25 @@ encoded (at most 128 by default) up to half a million jobs per idempotency windo
 
 
 def done_slot(job_id: bytes) -> int:
-    """The done hash a job id goes to; lua/include/done.lua computes the same."""
+    """The done hash a job id goes to; lua/include/done.lua computes the same. A generated
+    id goes by its millisecond (so the jobs enqueued together share a hash), any other by
+    a hash of its last six bytes."""
+    if len(job_id) == GENERATED_ID_LENGTH and job_id[0] == ord("0"):
+        return _sextet(job_id[6]) * 64 + _sextet(job_id[7])
     slot = 0
     for byte in job_id[-6:]:
         slot = (slot * 31 + byte) % DONE_SLOTS
     return slot
+
+
+GENERATED_ID_LENGTH = 20
+GENERATED_ID_ALPHABET = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz~"
+"""Base64 in ASCII order (so generated ids sort by time), URL-safe, no leading dash."""
+
+
+def _sextet(byte: int) -> int:
+    position = GENERATED_ID_ALPHABET.find(byte)
+    return 63 if position < 0 else position
 
 
 _FORBIDDEN = frozenset("{}: \t\r\n")

@@ -245,8 +245,8 @@ class QueueCounts:
 
 class NewJob(NamedTuple):
     """One job for the enqueue script (a tuple: built once per enqueue, so cheap to make).
-    ``fresh``: its id was just generated (a random UUID), so on a first send it cannot
-    exist yet and the script skips looking for it."""
+    ``fresh``: its id was just generated (72 random bits after its millisecond), so on a
+    first send it cannot exist yet and the script skips looking for it."""
 
     id: str
     payload: bytes

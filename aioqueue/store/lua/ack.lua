@@ -62,6 +62,7 @@ local history_ms, settled_channel, history_prefix = tonumber(ARGV[4]), ARGV[5], 
 local now = redis_clock()
 local counts, finished = {}, {} -- outcome code -> n; ids of jobs that finished
 local unleased = {} -- ids whose leases go, in one ZREM at the end
+local marks = {} -- completed ids to remember, by done hash (include/done.lua)
 local L = links_context(19, {
   job_prefix = job_prefix, ready = READY, notify = notify, schedule = schedule,
   schedule_wake = schedule_wake, now = now, result_ttl_ms = result_ttl_ms, finished = finished,
@@ -84,7 +85,7 @@ end
 local function complete(id, key, data, parent)
   if data == 'null' and keep_payload ~= '1' and not parent then
     redis.call('DEL', key)
-    if kept_ms > 0 then mark_done(done_prefix, id, now, kept_ms) end
+    if kept_ms > 0 then mark_done(marks, done_prefix, id, now, kept_ms) end
     return
   end
   redis.call('HDEL', key, 'pr', 'e')
@@ -173,6 +174,7 @@ else
   end
 end
 if #unleased > 0 then redis.call('ZREM', active, unpack(unleased)) end
+write_done(marks)
 count_history(history_prefix, now, history_ms, counts)
 announce_settled(settled_channel, finished)
 return codes

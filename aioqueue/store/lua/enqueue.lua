@@ -24,9 +24,9 @@ ARGV[4]      resend         1 if this call may have run already (a resend after 
 ARGV[5..]    seven per job: id, payload (JSON), priority (0..9, written as in ARGV[2]),
              max_attempts (0 = the worker's default, -1 = unlimited), delay_ms (from now on the Redis
              clock; <= 0 for none), due_ms (epoch ms; <= 0 for none; the later of the two
-             wins), fresh (1: the id was just generated, a random UUID, so it cannot
-             have a record or a done entry yet, and is not looked for); integers in
-             decimal, stored as sent
+             wins), fresh (1: the id was just generated, 72 random bits after its
+             millisecond, so it cannot have a record or a done entry yet, and is not
+             looked for); integers in decimal, stored as sent
 ARGV[12..13] only with count = 1, optionally: periodic spec name, tick_ms — the job is
              written only if that tick is later than the last one recorded for the spec
 

@@ -1,19 +1,31 @@
 -- done: completed jobs that returned nothing, kept compactly for the idempotency window
 -- (span_ms): not a record each (a key costs ~190 B of memory however small) but a field
 -- of one of 4096 small hashes per generation, `<done_prefix><span_ms>:<generation>:<slot>`
--- (listpack-encoded while they hold at most 128 entries: ~45 B a job). A generation lasts
+-- (listpack-encoded while they hold at most 128 entries: ~30 B a job). A generation lasts
 -- span_ms and its hashes expire one span after it ends, so an id is found, in its slot of
--- the current or the previous generation, for between one and two spans. The slot is
--- keys.done_slot() in Python: the last six bytes of the id, hashed.
+-- the current or the previous generation, for between one and two spans.
+-- The slot is keys.done_slot() in Python. A generated id (20 characters, a millisecond
+-- timestamp first: enqueue.new_job_id) goes by that millisecond (mod 4096), so the jobs
+-- enqueued together, which finish together, share a hash and an ack marks them with one
+-- HSET and one PEXPIREAT; any other id by a hash of its last six bytes.
 local DONE_SLOTS = 4096
 
+local function sextet(c) -- a character's value in generated ids' alphabet (0-9A-Z_a-z~)
+  if c >= 97 and c <= 122 then return c - 60 end
+  if c >= 65 and c <= 90 then return c - 55 end
+  if c >= 48 and c <= 57 then return c - 48 end
+  if c == 95 then return 36 end
+  return 63
+end
+
 local function done_slot(id)
+  if #id == 20 and string.byte(id, 1) == 48 then -- characters 7 and 8: the ms's low 12 bits
+    return sextet(string.byte(id, 7)) * 64 + sextet(string.byte(id, 8))
+  end
   local slot = 0
   for i = math.max(1, #id - 5), #id do slot = (slot * 31 + string.byte(id, i)) % DONE_SLOTS end
   return slot
 end
-
-local done_span, done_generation, done_keys_prefix -- mark_done's, once per call
 
 local function is_done(done_prefix, id, now, span_ms)
   if span_ms <= 0 then return false end
@@ -23,12 +35,23 @@ local function is_done(done_prefix, id, now, span_ms)
     or redis.call('HEXISTS', prefix .. (generation - 1) .. ':' .. slot, id) == 1
 end
 
-local function mark_done(done_prefix, id, now, span_ms)
-  if done_span ~= span_ms then
-    done_span, done_generation = span_ms, math.floor(now / span_ms)
-    done_keys_prefix = done_prefix .. span_ms .. ':' .. done_generation .. ':'
+-- Marks are gathered in `marks` (a table per call: hash -> its new fields) and written by
+-- write_done at the end of the call: one HSET and one PEXPIREAT per hash, not per job.
+local function mark_done(marks, done_prefix, id, now, span_ms)
+  local generation = math.floor(now / span_ms)
+  local key = done_prefix .. span_ms .. ':' .. generation .. ':' .. done_slot(id)
+  local fields = marks[key]
+  if not fields then
+    fields = {expires = (generation + 2) * span_ms}
+    marks[key] = fields
   end
-  local key = done_keys_prefix .. done_slot(id)
-  redis.call('HSET', key, id, '')
-  redis.call('PEXPIREAT', key, (done_generation + 2) * span_ms)
+  fields[#fields + 1] = id
+  fields[#fields + 1] = ''
+end
+
+local function write_done(marks)
+  for key, fields in pairs(marks) do
+    redis.call('HSET', key, unpack(fields))
+    redis.call('PEXPIREAT', key, fields.expires)
+  end
 end

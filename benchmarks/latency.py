@@ -9,9 +9,12 @@ machine, one clock), so:
                      handler's start less the time just before ``await enqueue()``
   delayed lateness   100 jobs due at whole-ms times spread over 1 s (the first 0.5 s
                      ahead), on ``lat``: the handler's start less the due time
-each measured twice per round: with the worker idle, and while it drains ``--backlog``
-no-op jobs of queue ``load`` (enqueued before it starts; the run checks that the backlog
-outlasted the measurement). p50 / p99 / max over all rounds, in ms.
+each measured three times per round: with the worker idle; while another worker process
+(``-q load``) drains ``--backlog`` no-op jobs of queue ``load`` (the machine loaded: its
+two cores shared by Redis, the drain and this worker); and while this worker drains them
+itself (``-q lat -q load``: its own event loop busy). The backlog is enqueued before the
+workers start; the run checks that it outlasted the measurement. p50 / p99 / max over all
+rounds, in ms.
 """
 
 from __future__ import annotations
@@ -75,25 +78,36 @@ async def delayed_lateness(jobs: int = 100, spread_ms: int = 1000) -> list[float
     ]
 
 
-async def round_(backlog: int) -> tuple[tuple[list[float], ...], list[float], int]:
-    """One round: (enqueue -> start, lateness) in ms, and the load jobs still ready after."""
-    load = app.queue("load")
-    if backlog:
-        for start in range(0, backlog, 10_000):
-            await load.enqueue_many(noop.enqueue(n) for n in range(start, start + 10_000))
-    worker = subprocess.Popen(  # noqa: ASYNC220 - started once per round, then awaited on Redis
-        [sys.executable, "-m", "aioqueue", "worker", "benchmarks.latency:app",
-         "-q", "lat", "-q", "load", "-c", "100", "--log-level", "warning"],
+def start_worker(queues: list[str]) -> subprocess.Popen[bytes]:
+    """``aioqueue worker`` of this app on ``queues``, at concurrency 100."""
+    queue_args = [arg for queue in queues for arg in ("-q", queue)]
+    return subprocess.Popen(
+        [sys.executable, "-m", "aioqueue", "worker", "benchmarks.latency:app", *queue_args,
+         "-c", "100", "--log-level", "warning"],
         cwd=ROOT, env=os.environ.copy(),
     )  # fmt: skip
+
+
+async def round_(backlog: int, load: str) -> tuple[tuple[list[float], ...], list[float], int]:
+    """One round: (enqueue -> start, lateness) in ms, and the load jobs still ready after.
+    ``load``: "" (none), "other" (another worker process drains it), "same" (this one)."""
+    load_queue = app.queue("load")
+    if backlog:
+        for start in range(0, backlog, 10_000):
+            await load_queue.enqueue_many(noop.enqueue(n) for n in range(start, start + 10_000))
+    queues = {"": ["lat"], "other": ["lat"], "same": ["lat", "load"]}[load]
+    commands = [queues] + ([["load"]] if load == "other" else [])
+    workers = [start_worker(names) for names in commands]
     try:
         await (await stamp.enqueue(-1)).result(timeout=30)  # the worker is up
         starts = await enqueue_to_start()
         lateness = await delayed_lateness()
-        left = (await load.counts()).ready
+        left = (await load_queue.counts()).ready
     finally:
-        worker.terminate()
-        await asyncio.to_thread(worker.wait, 30)
+        for worker in workers:
+            worker.terminate()
+        for worker in workers:
+            await asyncio.to_thread(worker.wait, 30)
         await (await app.client()).flushall()
     return starts, lateness, left
 
@@ -104,24 +118,32 @@ def summary(values: list[float]) -> str:
     return f"{statistics.median(ordered):.2f} / {p99:.2f} / {ordered[-1]:.2f}"
 
 
+LABELS = {
+    "": "idle",
+    "other": "idle, another worker process draining {backlog:,} no-op jobs",
+    "same": "draining {backlog:,} no-op jobs of another queue itself",
+}
+
+
 async def main(rounds: int, backlog: int) -> None:
-    results: dict[str, list[list[float]]] = {"idle": [[], [], [], []], "busy": [[], [], [], []]}
+    results: dict[str, list[list[float]]] = {load: [[], [], [], []] for load in LABELS}
     short = 0
     for _ in range(rounds):
-        for name, size in (("idle", 0), ("busy", backlog)):
-            (starts, in_redis, in_worker), lateness, left = await round_(size)
+        for load in LABELS:
+            (starts, in_redis, in_worker), lateness, left = await round_(
+                backlog if load else 0, load
+            )
             measured = (starts, in_redis, in_worker, lateness)
-            for found, values in zip(results[name], measured, strict=True):
+            for found, values in zip(results[load], measured, strict=True):
                 found.extend(values)
-            short += name == "busy" and left == 0
+            short += bool(load) and left == 0
     await app.close()
-    print(f"\n1 worker process (concurrency 100), {rounds} rounds pooled; ms")
+    print(f"\nthe worker on queue lat: 1 process (concurrency 100), {rounds} rounds pooled; ms")
     header = "enqueue -> start | (enqueued -> taken | taken -> started) | delayed lateness"
     print(f"| worker | {header} |")
     print("|---|---:|---:|---:|---:|")
-    for name, (starts, in_redis, in_worker, lateness) in results.items():
-        label = "idle" if name == "idle" else f"draining {backlog:,} no-op jobs of another queue"
-        parts = (starts, in_redis, in_worker, lateness)
+    for load, parts in results.items():
+        label = LABELS[load].format(backlog=backlog)
         print(f"| {label} | " + " | ".join(summary(values) for values in parts) + " |")
     print("(each cell: p50 / p99 / max; the split is by the record's Redis-clock times, whole ms)")
     if short:

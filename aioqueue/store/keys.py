@@ -11,6 +11,10 @@ Roles:
   wake:<l>:<w> LIST a private wake-up list of one blocking loop (l) of worker w: a token
               ends its BLPOP at once (shutdown) without cancelling a redis-py call
   take:<l>    LIST  ids one take call leased (so a resent take returns the same jobs)
+  idle        ZSET  "<lease_ms> <token>" -> until when (ms): offers of consumers waiting
+              with nothing to do; enqueue.lua hands such a consumer a new job (idle.lua)
+  direct:<t>  LIST  the job handed under offer t (leased to t, its id also in take:<t>),
+              for its consumer's BLPOP
   schedule    ZSET  job id -> due time (ms, Redis clock; a fraction of a ms keeps ties FIFO)
   schedule:wake LIST at most one token; wakes a poller when an earlier job is scheduled
   active      ZSET  job id -> lease deadline (ms, Redis clock)
@@ -250,7 +254,7 @@ class QueueKeys:
         return f"{self.base}:job:{job_id}"
 
     def ready(self, priority: int) -> str:
-        return f"{self.base}:ready:{priority}"
+        return f"{self.ready_prefix}{priority}"
 
     def ready_lists(self) -> list[str]:
         """Ready lists of priorities 0..9, in that order (scripts index them by priority)."""
@@ -262,6 +266,24 @@ class QueueKeys:
 
     def worker(self, worker_id: str) -> str:
         return f"{self.base}:worker:{worker_id}"
+
+    @property
+    def idle(self) -> str:
+        """ZSET: the offers of consumers waiting with nothing to do (idle.lua)."""
+        return f"{self.base}:idle"
+
+    @property
+    def direct_prefix(self) -> str:
+        """Scripts append an offer's token to this to reach the jobs handed under it."""
+        return f"{self.base}:direct:"
+
+    def direct(self, token: str) -> str:
+        return f"{self.base}:direct:{token}"
+
+    @property
+    def ready_prefix(self) -> str:
+        """Scripts append a priority to this to reach that ready list."""
+        return f"{self.base}:ready:"
 
     @property
     def taken_prefix(self) -> str:

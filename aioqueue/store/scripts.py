@@ -67,12 +67,13 @@ _TOPIC_EXTEND = Script("topic_extend")
 _DEBOUNCE = Script("debounce")
 _ENQUEUE_LINKED = Script("enqueue_linked")
 _DELIVER = Script("deliver")
+_IDLE = Script("idle")
 
 ALL_SCRIPTS = (
     _ENQUEUE, _TAKE, _PROMOTE, _ACK, _RECLAIM, _EXTEND, _CANCEL, _REQUEUE, _PURGE,
     _RESCHEDULE, _TRIM_DEAD, _RECONCILE, _PROGRESS, _CHANNEL_POST, _CHANNEL_COMMIT,
     _CHANNEL_JOIN, _CHANNEL_LEAVE, _RESUME, _TOPIC_PUBLISH, _TOPIC_ACK, _TOPIC_RECLAIM,
-    _TOPIC_EXTEND, _DEBOUNCE, _ENQUEUE_LINKED, _DELIVER,
+    _TOPIC_EXTEND, _DEBOUNCE, _ENQUEUE_LINKED, _DELIVER, _IDLE,
 )  # fmt: skip
 
 
@@ -112,7 +113,8 @@ def _enqueue_call(
     priorities = sorted({job.priority for job in jobs})
     script_keys = [
         keys.notify, keys.schedule, keys.schedule_wake, keys.ticks, keys.job_prefix,
-        keys.done_prefix, *(keys.ready(priority) for priority in priorities),
+        keys.done_prefix, keys.idle, keys.active, keys.paused, keys.limits, keys.ready_prefix,
+        keys.direct_prefix, keys.taken_prefix, *(keys.ready(priority) for priority in priorities),
     ]  # fmt: skip
     args: list[Arg] = [len(jobs), ",".join(map(str, priorities)), span_ms, 0]
     for job in jobs:
@@ -385,6 +387,26 @@ async def take(
         for i in range(4, len(reply), 5)
     ]
     return TakeResult(jobs, _promoted(reply), held=int(reply[3]))
+
+
+async def idle(
+    redis: Redis, keys: QueueKeys, token: str, *, lease_ms: int, hold_ms: int
+) -> list[Taken]:
+    """Offer to be handed the queue's next new job under the new lease ``token`` for
+    ``hold_ms`` (enqueue.lua pushes it onto ``keys.direct(token)``), or with ``hold_ms`` 0
+    withdraw the offer: then the jobs handed under it and still leased to it come back
+    (one never popped, or popped by a BLPOP whose reply was lost)."""
+    script_keys = [keys.idle, keys.direct(token), keys.taken(token), keys.job_prefix]
+    reply = await _IDLE(redis, script_keys, [f"{lease_ms} {token}", hold_ms])
+    return [handed_job(item, token) for item in reply]
+
+
+def handed_job(item: bytes, token: str) -> Taken:
+    """A job enqueue.lua handed to an offer, as it pushed it:
+    "<max_attempts> <id length> <id><payload>"; its first attempt, leased under ``token``."""
+    max_attempts, length, rest = item.split(b" ", 2)
+    size = int(length)
+    return Taken(rest[:size], rest[size:], 1, int(max_attempts), token, 0)
 
 
 def _promoted(reply: Sequence[Any]) -> Promoted:

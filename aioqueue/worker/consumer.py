@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import describe
 from ..priorities import planner
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
 
     from ..settings import WorkerSettings
-    from ..store.records import Promoted, TakeResult
+    from ..store.records import Promoted, Taken, TakeResult
     from .acks import AckBatcher
     from .inflight import InFlight
 
@@ -40,6 +40,7 @@ RETRY_WAIT_MAX = 1.0  # burst mode: seconds at most between looks at retries sti
 HELD_LOOK = 0.1  # seconds between takes while the queue's concurrency cap holds jobs back
 HELD_SLEEP = (0.001, 1.0)  # a rate's hold: sleep at least, at most (new limits are seen)
 BURST_LOOK = 0.05  # seconds between looks of a dry burst consumer while the worker is busy
+OFFER_MARGIN = 2.0  # seconds an idle offer outlives the BLPOP that waits for it
 
 
 class QueueConsumer(Component):
@@ -70,6 +71,8 @@ class QueueConsumer(Component):
         self._failed = False  # a take failed: pause before the next
         self._held: TakeResult | None = None  # a take the queue's limits held back
         self._takes_out = 0  # take calls in flight
+        self._offer: str | None = None  # the token of this consumer's idle offer, while out
+        self._withdrawal: asyncio.Task[None] | None = None  # of the last offer, if running
         # One take at a time until one comes back full: a worker woken for one job sends
         # one call, not TAKES_IN_FLIGHT (the extra calls would only delay that job).
         self._probing = True
@@ -121,6 +124,8 @@ class QueueConsumer(Component):
                 take.add_done_callback(takes.discard)
                 take.add_done_callback(_log_take_crash)
                 woken = False
+        self._withdraw()
+        await self._withdrawn()
         if takes:
             await asyncio.wait(takes)
 
@@ -241,16 +246,91 @@ class QueueConsumer(Component):
             await asyncio.wait_for(wait_first(self._acks.landing, self.stopping), HELD_LOOK)
 
     async def _wait_for_work(self) -> bool:
-        """Block until a job is announced; True if a notify token was consumed."""
+        """Block until a job is announced; True if a notify token was consumed.
+
+        While it has room, the consumer first offers to be handed the queue's next new job
+        (idle.lua): enqueue.lua then leases that job to it and pushes it onto the offer's
+        direct list, which this BLPOP also waits on, so it starts one round trip after it
+        was enqueued instead of after a wake-up and a take. A handed job is admitted and
+        the consumer waits again (offering anew); any other wake-up withdraws the offer,
+        in the background (a job handed meanwhile comes back with the withdrawal).
+        """
+        while True:
+            await self._withdrawn()
+            direct = await self._make_offer()
+            names = [self.keys.notify, self._wake_key, *([direct] if direct else [])]
+            try:
+                popped = await self.redis.blpop(names, timeout=self.settings.idle_wait)
+            except CLIENT_FAILURES as exc:
+                logger.warning("waiting for jobs on %s failed: %s", self.keys.name, describe(exc))
+                self._withdraw()
+                await wait_event(self.stopping, RETRY_PAUSE)
+                return False
+            if direct is None or popped is None or popped[0] != direct.encode():
+                self._withdraw()
+                return popped is not None and popped[0] == self.keys.notify.encode()
+            token, self._offer = self._offer, None  # the enqueue took the offer
+            assert token is not None
+            self._forget.append(token)  # (as for a take whose reply was read)
+            self._admit_handed([scripts.handed_job(cast("bytes", popped[1]), token)])
+            if self.stopping.is_set():
+                return False
+
+    async def _make_offer(self) -> str | None:
+        """Offer to be handed the next new job (see _wait_for_work) while the worker has a
+        free slot and no queue of it must go first (strict order); the offer's direct
+        list, or None. No slot is held for it (another queue of the worker may fill them
+        meanwhile: a handed job then waits for a slot like a job taken ahead)."""
+        if self.stopping.is_set() or self._slots.room < 1 or not self._leads():
+            return None
+        self._take_calls += 1
+        token = f"{self._worker_id}:{self._take_calls}"
+        hold_ms = int((self.settings.idle_wait + OFFER_MARGIN) * 1000)
         try:
-            popped = await self.redis.blpop(
-                [self.keys.notify, self._wake_key], timeout=self.settings.idle_wait
+            await scripts.idle(
+                self.redis, self.keys, token, lease_ms=self.settings.lease_ms, hold_ms=hold_ms
+            )
+        except CLIENT_FAILURES as exc:  # (if it was made, it lapses: see _withdraw_offer)
+            logger.warning("offering to take from %s failed: %s", self.keys.name, describe(exc))
+            return None
+        self._offer = token
+        return self.keys.direct(token)
+
+    def _leads(self) -> bool:
+        """May this consumer be handed jobs whenever they come? Not behind another queue
+        in a strict order (that queue may have work by then)."""
+        return self._order is None or self._order.first() is self
+
+    def _withdraw(self) -> None:
+        """Withdraw the offer that is out, if any, in the background."""
+        token, self._offer = self._offer, None
+        if token is not None:
+            self._withdrawal = asyncio.get_running_loop().create_task(self._withdraw_offer(token))
+
+    async def _withdrawn(self) -> None:
+        """Wait for the last withdrawal to land (before the next offer, and at the end)."""
+        if self._withdrawal is not None:
+            await self._withdrawal
+            self._withdrawal = None
+
+    async def _withdraw_offer(self, token: str) -> None:
+        try:
+            handed = await scripts.idle(
+                self.redis, self.keys, token, lease_ms=self.settings.lease_ms, hold_ms=0
             )
         except CLIENT_FAILURES as exc:
-            logger.warning("waiting for jobs on %s failed: %s", self.keys.name, describe(exc))
-            await wait_event(self.stopping, RETRY_PAUSE)
-            return False
-        return popped is not None and popped[0] == self.keys.notify.encode()
+            # The offer lapses by itself; a job handed to it before then is leased to this
+            # worker, and reclaimed when that lease expires (as after a take whose reply
+            # was lost).
+            logger.warning("withdrawing an offer on %s failed: %s", self.keys.name, describe(exc))
+            return
+        self._forget.append(token)
+        self._admit_handed(handed)
+
+    def _admit_handed(self, handed: list[Taken]) -> None:
+        """Jobs handed to an offer: they start if a slot is free, else wait for one."""
+        for job in handed:
+            self._inflight.admit(job, self._acks, reserved=False)
 
     async def _drained(self, landed_before: int) -> bool:
         """Burst mode: True once nothing is ready, running, unacked, or due.
@@ -309,6 +389,10 @@ class StrictOrder:
 
     def append(self, consumer: QueueConsumer) -> None:
         self._queues.append(consumer)
+
+    def first(self) -> QueueConsumer | None:
+        """The queue that goes before every other."""
+        return self._queues[0] if self._queues else None
 
     def ahead_busy(self, consumer: QueueConsumer) -> bool:
         for other in self._queues:

@@ -14,7 +14,14 @@ KEYS[3]      schedule_wake  LIST  at most one token; wakes a poller when the sch
 KEYS[4]      ticks          HASH  periodic spec name -> last tick enqueued (ms)
 KEYS[5]      job_prefix           prefix of job records
 KEYS[6]      done_prefix          prefix of the done hashes; carries the queue's hash tag
-KEYS[7..]    ready          LIST  the ready lists of the priorities this call uses, in the
+KEYS[7]      idle           ZSET  offers of consumers waiting with nothing to do (idle.lua)
+KEYS[8]      active         ZSET  job id -> lease deadline (ms)
+KEYS[9]      paused         STRING set while the queue is paused
+KEYS[10]     limits         HASH  the queue's rate and concurrency limits
+KEYS[11]     ready_prefix         prefix of the ready lists (the priority is appended)
+KEYS[12]     direct_prefix        prefix of the offers' direct lists (the token is appended)
+KEYS[13]     taken_prefix         prefix of the lists of ids leased per lease token
+KEYS[14..]   ready          LIST  the ready lists of the priorities this call uses, in the
                                   order ARGV[2] lists them (a lone job declares one, not ten)
 ARGV[1]      count          jobs in this call
 ARGV[2]      priorities     the priorities of KEYS[7..], comma-separated, e.g. "5" or "9,5"
@@ -30,6 +37,13 @@ ARGV[5..]    seven per job: id, payload (JSON), priority (0..9, written as in AR
 ARGV[12..13] only with count = 1, optionally: periodic spec name, tick_ms — the job is
              written only if that tick is later than the last one recorded for the spec
 
+Offers: while a consumer waits with nothing to do and has offered to be handed a job
+(idle.lua), the call's first queued jobs go straight to such consumers, one each, leased
+as take.lua would lease them, onto the offer's direct list, which the consumer's BLPOP
+pops: no wake-up and take in between. Only while the queue has nothing else ready, is not
+paused and has no limits (so no job is overtaken and no limit bypassed), and for a call
+whose queued jobs share one priority. With no offer out, this costs one ZCARD per call.
+
 Returns {created_1, state_1, created_2, ...}: created is 1 when the job was written, 0 when
 a job with its id exists (state is then that job's state; 'complete' for one in a done
 hash) or its tick was enqueued already (state 'tick-done').
@@ -41,14 +55,16 @@ hash) or its tick was enqueued already (state 'tick-done').
 -- @include schedule
 local notify, schedule, schedule_wake = KEYS[1], KEYS[2], KEYS[3]
 local ticks, job_prefix, done_prefix = KEYS[4], KEYS[5], KEYS[6]
+local idle, active, paused, limits = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local ready_prefix, direct_prefix, taken_prefix, READY = KEYS[11], KEYS[12], KEYS[13], 14
 local count, span_ms, resend = tonumber(ARGV[1]), tonumber(ARGV[3]), ARGV[4] == '1'
 
 -- Straight-line code, no closures or iterators per job: this runs once per enqueue.
 local ready = {}
 if #ARGV[2] == 1 then -- one priority: a lone job, and most batches
-  ready[ARGV[2]] = KEYS[7]
+  ready[ARGV[2]] = KEYS[READY]
 else
-  local position = 7
+  local position = READY
   for priority in string.gmatch(ARGV[2], '%d+') do
     ready[priority] = KEYS[position]
     position = position + 1
@@ -106,6 +122,45 @@ for i = 1, count do
   end
 end
 
-for list, ids in pairs(pushes) do redis.call('RPUSH', list, unpack(ids)) end
+-- Hands the first of `ids` to waiting consumers (see the header); returns how many.
+local function fill_offers(ids)
+  local lapsed = redis.call('ZRANGEBYSCORE', idle, '-inf', '(' .. now, 'LIMIT', 0, 100)
+  if #lapsed > 0 then redis.call('ZREM', idle, unpack(lapsed)) end
+  if redis.call('EXISTS', paused, limits) > 0 then return 0 end
+  for priority = 0, 9 do
+    if redis.call('LLEN', ready_prefix .. priority) > 0 then return 0 end
+  end
+  -- the offers that lapse first: those of the consumers that have waited longest
+  local offers = redis.call('ZRANGEBYSCORE', idle, now, '+inf', 'LIMIT', 0, #ids)
+  if #offers > 0 then redis.call('ZREM', idle, unpack(offers)) end
+  local handed = 0
+  for i = 1, #offers do
+    local lease_ms, token = string.match(offers[i], '^(%d+) (.+)$')
+    handed = handed + 1
+    local id = ids[handed]
+    local job = job_prefix .. id
+    redis.call('HSET', job, 's', 'active', 'w', token, 'n', 1, 'st', now)
+    redis.call('ZADD', active, now + tonumber(lease_ms), id)
+    local record = redis.call('HMGET', job, 'm', 'p')
+    local direct, taken = direct_prefix .. token, taken_prefix .. token
+    redis.call('RPUSH', direct, record[1] .. ' ' .. #id .. ' ' .. id .. record[2])
+    redis.call('PEXPIRE', direct, lease_ms)
+    redis.call('RPUSH', taken, id) -- what idle.lua's withdrawal finds, should a reply be lost
+    redis.call('PEXPIRE', taken, lease_ms)
+  end
+  return handed
+end
+
+local first_list, first_ids = next(pushes)
+if first_list and next(pushes, first_list) == nil and redis.call('ZCARD', idle) > 0 then
+  local handed = fill_offers(first_ids)
+  if handed > 0 then
+    pushes[first_list] = {unpack(first_ids, handed + 1)}
+    tokens = tokens - handed
+  end
+end
+for list, ids in pairs(pushes) do
+  if #ids > 0 then redis.call('RPUSH', list, unpack(ids)) end
+end
 push_tokens(notify, tokens)
 return out

@@ -1,0 +1,37 @@
+--[[ idle: a consumer with nothing to do offers to be handed the next job, or withdraws
+its offer. While the offer holds, enqueue.lua leases a new job to it (under the offer's
+token, as a take would) and pushes it onto the offer's direct list, which the consumer
+waits on in its BLPOP: the job starts one round trip after it is enqueued, not after a
+wake-up and then a take.
+
+KEYS[1]  idle        ZSET  offers: "<lease_ms> <token>" -> until when it holds (ms)
+KEYS[2]  direct      LIST  the job handed under this offer's token, for the BLPOP
+KEYS[3]  taken       LIST  ids leased under the token (enqueue.lua, as take.lua's own)
+KEYS[4]  job_prefix        prefix of job records
+ARGV[1]  member      "<lease_ms> <token>" (the token is the lease the job is handed under)
+ARGV[2]  hold_ms     how long the offer holds from now (Redis clock); 0 withdraws it
+
+Returns nothing for an offer (its token is new). A withdrawal ends the offer and returns
+the jobs handed under it that are still leased to it, as enqueue.lua pushes them onto the
+direct list: one its consumer never popped, or popped in a BLPOP whose reply was lost. A
+resent withdrawal returns them again; the token's taken list goes with the consumer's next
+take (its forget list) or expires with the lease.
+]]
+-- @include clock
+local idle, direct, taken, job_prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local member, hold_ms = ARGV[1], tonumber(ARGV[2])
+if hold_ms > 0 then
+  redis.call('ZADD', idle, redis_clock() + hold_ms, member)
+  return {}
+end
+redis.call('ZREM', idle, member)
+redis.call('DEL', direct)
+local token = string.match(member, '^%d+ (.+)$')
+local handed = {}
+for _, id in ipairs(redis.call('LRANGE', taken, 0, -1)) do
+  local record = redis.call('HMGET', job_prefix .. id, 's', 'w', 'm', 'p')
+  if record[1] == 'active' and record[2] == token then
+    handed[#handed + 1] = record[3] .. ' ' .. #id .. ' ' .. id .. record[4]
+  end
+end
+return handed

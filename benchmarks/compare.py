@@ -423,7 +423,8 @@ def run_target(target: Target, config: Config, redis: Redis) -> dict[str, dict[s
 @dataclass(frozen=True)
 class Metric:
     """One figure: from ``scenario``'s result, ``field`` (a dotted path), as ``kind``:
-    rate (jobs / value), us (value * 1e6 / jobs) or value."""
+    rate (jobs / value), rate_after_fill (jobs / (fill's seconds + value)), us (value *
+    1e6 / jobs) or value."""
 
     key: str
     label: str
@@ -479,6 +480,10 @@ def _metrics() -> Iterator[Metric]:
     queued, kept = "Redis memory per queued job", "Redis memory per job still kept after drain"
     yield Metric("memory", queued, "B", LOWER, "fill", "redis.memory_per_job")
     yield _rate("drain")
+    yield Metric(
+        "end_to_end", "fill + drain, from the first enqueue (worker start-up included)",
+        "jobs/s", HIGHER, "drain", "seconds", "rate_after_fill",
+    )  # fmt: skip
     yield _worker_cpu("drain")
     yield from _costs("drain")
     yield Metric("kept", kept, "B", None, "drain", "redis.memory_per_job")
@@ -527,8 +532,11 @@ def extract(metric: Metric, raw: dict[str, dict[str, Any]]) -> float | str | Non
     if value is None:
         return None
     jobs = float(result.get("jobs") or 0)
-    if metric.kind in {"rate", "us"} and not jobs:
+    if metric.kind in {"rate", "us", "rate_after_fill"} and not jobs:
         return None
+    if metric.kind == "rate_after_fill":  # the drain ran what fill queued: N jobs, both
+        fill = _field(raw.get("fill") or {}, "seconds")
+        return jobs / (fill + value) if fill is not None and fill + value > 0 else None
     if metric.kind == "rate":
         return jobs / value if value > 0 else None
     if metric.kind == "us":

@@ -9,7 +9,8 @@ Measures, per run (the table shows the median of ``--repeat`` runs):
   (c) a redis-py baseline on the app's own client: sequential EVALSHA of ``return 1``,
       and sequential RPUSH
   (d) drain rate of N queued no-op jobs through one burst worker in a separate process
-      (timed inside that process, from worker start to drained)
+      (timed inside that process, from worker start to drained; its garbage collector
+      set as ``aioqueue worker`` sets it, ops/garbage.py)
   (e) Redis commands per job during the drain, from INFO commandstats: those the worker
       sent (counted in the worker process as redis-py packs them) and those run inside
       scripts (all the others); the worker's CPU time per job (getrusage), and Redis's
@@ -41,6 +42,7 @@ from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 
 import aioqueue
+from aioqueue.ops.garbage import tune_for_worker
 from aioqueue.store.embedded import EmbeddedServer
 
 if TYPE_CHECKING:
@@ -93,6 +95,7 @@ async def worker_process(url: str, concurrency: int) -> None:
     """Connect, say "ready", wait for "go", drain, print one JSON line of measurements."""
     sent = count_client_commands()
     app, _ = build_app(url)
+    tune_for_worker()  # as `aioqueue worker` does: this process is a worker process
     async with app:
         print("ready", flush=True)
         await asyncio.to_thread(sys.stdin.readline)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 
 import aioqueue
@@ -21,6 +22,12 @@ async def shout(word: str) -> str:
 async def nap(seconds: float) -> str:
     await asyncio.sleep(seconds)
     return "rested"
+
+
+@app.task
+async def collector() -> list[int]:
+    """How the worker process's garbage collector is set: [gen-0 threshold, frozen]."""
+    return [gc.get_threshold()[0], gc.get_freeze_count()]
 
 
 not_an_app = object()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import sys
@@ -12,6 +13,7 @@ import pytest
 from redis.asyncio import Redis
 
 import aioqueue
+from aioqueue.ops.garbage import GEN0_THRESHOLD
 from aioqueue.store.embedded import EmbeddedServer
 from tests.helpers import run_until_idle, wait_until
 
@@ -49,6 +51,20 @@ async def test_burst_worker_runs_queued_jobs(
     code, _, err = await run_cli(["worker", TARGET, "--burst", "-c", "5"], env=cli_env)
     assert code == 0, err
     assert [await job.result(timeout=1) for job in jobs] == ["A", "B", "C"]
+    await producer.close()
+
+
+async def test_a_worker_process_tunes_its_garbage_collector(
+    cli_env: dict[str, str], producer: aioqueue.App
+) -> None:
+    """``aioqueue worker`` freezes its start-up heap and raises the young generation's
+    threshold (ops/garbage.py); this test process keeps CPython's defaults."""
+    job = await producer.queue().enqueue("collector")
+    code, _, err = await run_cli(["worker", TARGET, "--burst"], env=cli_env)
+    assert code == 0, err
+    threshold, frozen = await job.result(timeout=1)
+    assert threshold == GEN0_THRESHOLD and frozen > 1000, (threshold, frozen)
+    assert gc.get_threshold()[0] != GEN0_THRESHOLD
     await producer.close()
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError
 from ..settings import ENV_REDIS_URL, WorkerSettings
 from ..store.embedded import EmbeddedServer, die_with_parent
+from .garbage import tune_for_worker
 
 if TYPE_CHECKING:
     import argparse
@@ -57,6 +58,7 @@ def run_worker(app: App, args: argparse.Namespace) -> int:
         with _redis_for(app):
             return _run_processes(app, args)
     with _metrics_for(app, settings, args), _redis_for(app):
+        tune_for_worker()  # the process is the worker's: start-up is done
         worker = app.worker(
             queues=settings.queues, concurrency=settings.concurrency, lease=settings.lease,
             grace=settings.grace, burst=settings.burst, wait_retries=settings.wait_retries,

@@ -615,3 +615,23 @@ async def test_the_ack_loop_survives_redis_pys_writer_race(
     async with app.worker():
         assert await job.result(timeout=10) == 7
     assert len(failures) == 2
+
+
+async def test_a_job_announced_after_the_promoter_found_the_queue_dry_is_taken(
+    app: aioqueue.App,
+) -> None:
+    """The promoter's take of a due job comes back short (the worker had room for more),
+    which says the queue ran dry, while the fetch loop waits in BLPOP. A job announced
+    after that (a notify token: here a group's job, which no offer takes) must be taken at
+    once: the wake-up spent the token, and the loop went back to wait until its BLPOP timed
+    out (idle_wait, here 30 s) before."""
+
+    @app.task
+    async def echo(value: int) -> int:
+        return value
+
+    async with app.worker(concurrency=10, idle_wait=30):
+        delayed = await echo.enqueue(1).options(delay=0.2)
+        assert await delayed.result(timeout=5) == 1  # run by the promoter's take
+        grouped = await echo.enqueue(2).options(group="g")
+        assert await grouped.result(timeout=5) == 2

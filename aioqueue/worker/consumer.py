@@ -146,6 +146,10 @@ class QueueConsumer(Component):
             return await self._drained(landed_before), False
         woken = await self._wait_for_work()
         self._probing = True
+        # A take that came back short meanwhile (the promoter's) said the queue was dry
+        # before this wake-up: the next take decides anew. (Left set, it sent the loop back
+        # to wait with the token spent and the job it announced still ready.)
+        self._dry_since = None
         if woken:
             self._set_dry(False)
         return False, woken

@@ -158,6 +158,8 @@ async def test_an_idle_worker_is_handed_new_jobs_and_runs_them_in_order(
             job = await record.enqueue(n)
             await job.result(timeout=5)
         await wait_until(offered)
+        # each offer forgets the taken list of the one before (its job is in hand)
+        assert len(await redis.keys(f"{keys.taken_prefix}*")) <= 1
         jobs = await app.queue().enqueue_many(record.enqueue(n) for n in range(20, 60))
         for job in jobs:
             await job.result(timeout=5)

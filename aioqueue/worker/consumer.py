@@ -290,12 +290,15 @@ class QueueConsumer(Component):
         self._take_calls += 1
         token = f"{self._worker_id}:{self._take_calls}"
         hold_ms = int((self.settings.idle_wait + OFFER_MARGIN) * 1000)
+        forget, self._forget = self._forget, []
         try:
             await scripts.idle(
-                self.redis, self.keys, token, lease_ms=self.settings.lease_ms, hold_ms=hold_ms
-            )
+                self.redis, self.keys, token, lease_ms=self.settings.lease_ms,
+                hold_ms=hold_ms, forget=forget,
+            )  # fmt: skip
         except CLIENT_FAILURES as exc:  # (if it was made, it lapses: see _withdraw_offer)
             logger.warning("offering to take from %s failed: %s", self.keys.name, describe(exc))
+            self._forget += forget  # the next call forgets them (or they expire)
             return None
         self._offer = token
         return self.keys.direct(token)

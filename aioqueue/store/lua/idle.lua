@@ -8,18 +8,23 @@ KEYS[1]  idle        ZSET  offers: "<lease_ms> <token>" -> until when it holds (
 KEYS[2]  direct      LIST  the job handed under this offer's token, for the BLPOP
 KEYS[3]  taken       LIST  ids leased under the token (enqueue.lua, as take.lua's own)
 KEYS[4]  job_prefix        prefix of job records
+KEYS[5]  taken_prefix      prefix of the taken lists (a lease token is appended)
 ARGV[1]  member      "<lease_ms> <token>" (the token is the lease the job is handed under)
 ARGV[2]  hold_ms     how long the offer holds from now (Redis clock); 0 withdraws it
+ARGV[3]  forget      lease tokens, space-separated, whose jobs their consumer has: their
+                     taken lists go (as take.lua's forget list)
 
 Returns nothing for an offer (its token is new). A withdrawal ends the offer and returns
 the jobs handed under it that are still leased to it, as enqueue.lua pushes them onto the
 direct list: one its consumer never popped, or popped in a BLPOP whose reply was lost. A
 resent withdrawal returns them again; the token's taken list goes with the consumer's next
-take (its forget list) or expires with the lease.
+offer or take (its forget list) or expires with the lease.
 ]]
 -- @include clock
-local idle, direct, taken, job_prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local idle, direct, taken = KEYS[1], KEYS[2], KEYS[3]
+local job_prefix, taken_prefix = KEYS[4], KEYS[5]
 local member, hold_ms = ARGV[1], tonumber(ARGV[2])
+for token in string.gmatch(ARGV[3] or '', '%S+') do redis.call('DEL', taken_prefix .. token) end
 if hold_ms > 0 then
   redis.call('ZADD', idle, redis_clock() + hold_ms, member)
   return {}

@@ -103,8 +103,8 @@ async def test_a_withdrawal_returns_what_was_handed_and_ends_the_offer(
     await offer(db, keys, "o:1")
     await put(db, keys, "a")  # handed before the consumer popped it
     handed = await scripts.idle(db, keys, "o:1", lease_ms=LEASE_MS, hold_ms=0)
-    assert [job.id for job in handed] == [b"a"] and handed[0].lease == "o:1"
-    assert handed == [scripts.handed_job(b'0 1 a{"t":"a"}', "o:1")]
+    assert [job.id for job, _ in handed] == [b"a"] and handed[0][0].lease == "o:1"
+    assert handed == [(scripts.handed_job(b'0 1 a{"t":"a"}', "o:1"), False)]
     assert await db.exists(keys.direct("o:1")) == 0 and await db.zcard(keys.idle) == 0
     again = await scripts.idle(db, keys, "o:1", lease_ms=LEASE_MS, hold_ms=0)
     assert again == handed  # a resent withdrawal
@@ -120,8 +120,8 @@ async def test_a_job_popped_but_lost_comes_back_with_the_withdrawal_until_reclai
     await offer(db, keys, "o:1")
     await put(db, keys, "a")
     assert await db.lpop(keys.direct("o:1")) is not None  # the lost reply
-    [handed] = await scripts.idle(db, keys, "o:1", lease_ms=LEASE_MS, hold_ms=0)
-    assert (handed.id, handed.lease, handed.attempts) == (b"a", "o:1", 1)
+    [(handed, aborted)] = await scripts.idle(db, keys, "o:1", lease_ms=LEASE_MS, hold_ms=0)
+    assert (handed.id, handed.lease, handed.attempts, aborted) == (b"a", "o:1", 1, False)
     await db.hset(keys.job("a"), "w", "o:2")  # reclaimed and leased again meanwhile
     assert await scripts.idle(db, keys, "o:1", lease_ms=LEASE_MS, hold_ms=0) == []
 

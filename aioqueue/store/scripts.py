@@ -397,17 +397,18 @@ async def idle(
     lease_ms: int,
     hold_ms: int,
     forget: Sequence[str] = (),
-) -> list[Taken]:
+) -> list[tuple[Taken, bool]]:
     """Offer to be handed the queue's next new job under the new lease ``token`` for
     ``hold_ms`` (enqueue.lua pushes it onto ``keys.direct(token)``), or with ``hold_ms`` 0
     withdraw the offer: then the jobs handed under it and still leased to it come back
-    (one never popped, or popped by a BLPOP whose reply was lost). ``forget``: lease
-    tokens whose jobs the caller has, whose lists of what they took can go."""
+    (one never popped, or popped by a BLPOP whose reply was lost), each with whether its
+    cancellation was asked since. ``forget``: lease tokens whose jobs the caller has,
+    whose lists of what they took can go."""
     script_keys = [
         keys.idle, keys.direct(token), keys.taken(token), keys.job_prefix, keys.taken_prefix,
     ]  # fmt: skip
     reply = await _IDLE(redis, script_keys, [f"{lease_ms} {token}", hold_ms, " ".join(forget)])
-    return [handed_job(item, token) for item in reply]
+    return [(handed_job(reply[i], token), bool(reply[i + 1])) for i in range(0, len(reply), 2)]
 
 
 def handed_job(item: bytes, token: str) -> Taken:

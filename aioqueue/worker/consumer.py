@@ -72,7 +72,6 @@ class QueueConsumer(Component):
         self._held: TakeResult | None = None  # a take the queue's limits held back
         self._takes_out = 0  # take calls in flight
         self._offer: str | None = None  # the token of this consumer's idle offer, while out
-        self._withdrawal: asyncio.Task[None] | None = None  # of the last offer, if running
         # One take at a time until one comes back full: a worker woken for one job sends
         # one call, not TAKES_IN_FLIGHT (the extra calls would only delay that job).
         self._probing = True
@@ -124,8 +123,7 @@ class QueueConsumer(Component):
                 take.add_done_callback(takes.discard)
                 take.add_done_callback(_log_take_crash)
                 woken = False
-        self._withdraw()
-        await self._withdrawn()
+        await self._withdraw()
         if takes:
             await asyncio.wait(takes)
 
@@ -254,29 +252,30 @@ class QueueConsumer(Component):
 
         While it has room, the consumer first offers to be handed the queue's next new job
         (idle.lua): enqueue.lua then leases that job to it and pushes it onto the offer's
-        direct list, which this BLPOP also waits on, so it starts one round trip after it
-        was enqueued instead of after a wake-up and a take. A handed job is admitted and
-        the consumer waits again (offering anew); any other wake-up withdraws the offer,
-        in the background (a job handed meanwhile comes back with the withdrawal).
+        direct list, which this BLPOP also waits on (first of its keys: a job handed
+        before another was announced is popped first), so it starts one round trip after
+        it was enqueued instead of after a wake-up and a take. A handed job is admitted
+        and the consumer waits again, offering anew; any other wake-up withdraws the offer
+        before the take that follows (a job handed meanwhile comes back with the
+        withdrawal, ahead of what that take finds).
         """
         while True:
-            await self._withdrawn()
             direct = await self._make_offer()
-            names = [self.keys.notify, self._wake_key, *([direct] if direct else [])]
+            names = [*([direct] if direct else []), self.keys.notify, self._wake_key]
             try:
                 popped = await self.redis.blpop(names, timeout=self.settings.idle_wait)
             except CLIENT_FAILURES as exc:
                 logger.warning("waiting for jobs on %s failed: %s", self.keys.name, describe(exc))
-                self._withdraw()
+                await self._withdraw()
                 await wait_event(self.stopping, RETRY_PAUSE)
                 return False
             if direct is None or popped is None or popped[0] != direct.encode():
-                self._withdraw()
+                await self._withdraw()
                 return popped is not None and popped[0] == self.keys.notify.encode()
             token, self._offer = self._offer, None  # the enqueue took the offer
             assert token is not None
             self._forget.append(token)  # (as for a take whose reply was read)
-            self._admit_handed([scripts.handed_job(cast("bytes", popped[1]), token)])
+            self._admit_handed([(scripts.handed_job(cast("bytes", popped[1]), token), False)])
             if self.stopping.is_set():
                 return False
 
@@ -291,16 +290,17 @@ class QueueConsumer(Component):
         token = f"{self._worker_id}:{self._take_calls}"
         hold_ms = int((self.settings.idle_wait + OFFER_MARGIN) * 1000)
         forget, self._forget = self._forget, []
+        self._offer = token  # from here on it may be out, reply or not
         try:
             await scripts.idle(
                 self.redis, self.keys, token, lease_ms=self.settings.lease_ms,
                 hold_ms=hold_ms, forget=forget,
             )  # fmt: skip
-        except CLIENT_FAILURES as exc:  # (if it was made, it lapses: see _withdraw_offer)
+        except CLIENT_FAILURES as exc:
             logger.warning("offering to take from %s failed: %s", self.keys.name, describe(exc))
             self._forget += forget  # the next call forgets them (or they expire)
+            await self._withdraw()  # it may have been made: its reply was lost
             return None
-        self._offer = token
         return self.keys.direct(token)
 
     def _leads(self) -> bool:
@@ -308,36 +308,41 @@ class QueueConsumer(Component):
         in a strict order (that queue may have work by then)."""
         return self._order is None or self._order.first() is self
 
-    def _withdraw(self) -> None:
-        """Withdraw the offer that is out, if any, in the background."""
+    async def _withdraw(self) -> None:
+        """Withdraw the offer that is out, if any, and admit what was handed to it. A
+        withdrawal is safe to resend: it is retried until it lands or the offer lapses
+        (after which nothing more can be handed to it; a job handed before is leased to
+        this worker, and reclaimed when that lease expires, as after a lost take)."""
         token, self._offer = self._offer, None
-        if token is not None:
-            self._withdrawal = asyncio.get_running_loop().create_task(self._withdraw_offer(token))
-
-    async def _withdrawn(self) -> None:
-        """Wait for the last withdrawal to land (before the next offer, and at the end)."""
-        if self._withdrawal is not None:
-            await self._withdrawal
-            self._withdrawal = None
-
-    async def _withdraw_offer(self, token: str) -> None:
-        try:
-            handed = await scripts.idle(
-                self.redis, self.keys, token, lease_ms=self.settings.lease_ms, hold_ms=0
-            )
-        except CLIENT_FAILURES as exc:
-            # The offer lapses by itself; a job handed to it before then is leased to this
-            # worker, and reclaimed when that lease expires (as after a take whose reply
-            # was lost).
-            logger.warning("withdrawing an offer on %s failed: %s", self.keys.name, describe(exc))
+        if token is None:
             return
+        loop = asyncio.get_running_loop()
+        lapses = loop.time() + self.settings.idle_wait + OFFER_MARGIN
+        while True:
+            try:
+                handed = await scripts.idle(
+                    self.redis, self.keys, token, lease_ms=self.settings.lease_ms, hold_ms=0
+                )
+                break
+            except CLIENT_FAILURES as exc:
+                if loop.time() >= lapses:
+                    logger.warning(
+                        "withdrawing an offer on %s failed: %s; it has lapsed",
+                        self.keys.name, describe(exc),
+                    )  # fmt: skip
+                    return
+                await asyncio.sleep(RETRY_PAUSE / 10)
         self._forget.append(token)
         self._admit_handed(handed)
 
-    def _admit_handed(self, handed: list[Taken]) -> None:
-        """Jobs handed to an offer: they start if a slot is free, else wait for one."""
-        for job in handed:
-            self._inflight.admit(job, self._acks, reserved=False)
+    def _admit_handed(self, handed: list[tuple[Taken, bool]]) -> None:
+        """Jobs handed to an offer: they start if a slot is free, else wait for one. One
+        cancelled since it was handed (aborted: True) ends as cancelled, never started."""
+        for job, aborted in handed:
+            if aborted:
+                self._inflight.admit_aborted(job, self._acks)
+            else:
+                self._inflight.admit(job, self._acks, reserved=False)
 
     async def _drained(self, landed_before: int) -> bool:
         """Burst mode: True once nothing is ready, running, unacked, or due.

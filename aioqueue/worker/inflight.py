@@ -196,6 +196,12 @@ class InFlight(Component):
         else:
             self.slots.admit_unreserved(job)
 
+    def admit_aborted(self, taken: Taken, acks: Batcher) -> None:
+        """A leased job whose cancellation was asked before this worker held it (an
+        offer's, see consumer.py): it ends as cancelled, never started."""
+        acks.hold(taken)
+        self._hand_back(RunningJob(taken, acks, self._deadlines), aborted=True)
+
     def _start(self, job: RunningJob) -> None:
         loop = asyncio.get_running_loop()
         if self.env.watchers.ended:  # (tuple tests: this runs for every job)

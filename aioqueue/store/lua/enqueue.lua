@@ -24,7 +24,7 @@ KEYS[13]     taken_prefix         prefix of the lists of ids leased per lease to
 KEYS[14..]   ready          LIST  the ready lists of the priorities this call uses, in the
                                   order ARGV[2] lists them (a lone job declares one, not ten)
 ARGV[1]      count          jobs in this call
-ARGV[2]      priorities     the priorities of KEYS[7..], comma-separated, e.g. "5" or "9,5"
+ARGV[2]      priorities     the priorities of KEYS[14..], comma-separated, e.g. "5" or "9,5"
 ARGV[3]      span_ms        the idempotency window of completed jobs with no result
 ARGV[4]      resend         1 if this call may have run already (a resend after a dropped
                             connection): then no id is taken to be fresh

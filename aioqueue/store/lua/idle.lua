@@ -15,9 +15,10 @@ ARGV[3]  forget      lease tokens, space-separated, whose jobs their consumer ha
                      taken lists go (as take.lua's forget list)
 
 Returns nothing for an offer (its token is new). A withdrawal ends the offer and returns
-the jobs handed under it that are still leased to it, as enqueue.lua pushes them onto the
-direct list: one its consumer never popped, or popped in a BLPOP whose reply was lost. A
-resent withdrawal returns them again; the token's taken list goes with the consumer's next
+the jobs handed under it that are still leased to it, each as enqueue.lua pushes it onto
+the direct list followed by '1' if its cancellation was asked meanwhile (else ''): one its
+consumer never popped, or popped in a BLPOP whose reply was lost. A resent withdrawal
+returns them again; the token's taken list goes with the consumer's next
 offer or take (its forget list) or expires with the lease.
 ]]
 -- @include clock
@@ -34,9 +35,10 @@ redis.call('DEL', direct)
 local token = string.match(member, '^%d+ (.+)$')
 local handed = {}
 for _, id in ipairs(redis.call('LRANGE', taken, 0, -1)) do
-  local record = redis.call('HMGET', job_prefix .. id, 's', 'w', 'm', 'p')
+  local record = redis.call('HMGET', job_prefix .. id, 's', 'w', 'm', 'p', 'ab')
   if record[1] == 'active' and record[2] == token then
     handed[#handed + 1] = record[3] .. ' ' .. #id .. ' ' .. id .. record[4]
+    handed[#handed + 1] = record[5] or ''
   end
 end
 return handed

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import aioqueue
 from aioqueue.store import scripts
 from aioqueue.store.embedded import EmbeddedServer
+from benchmarks.quick import redis_cpu, used_memory
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -85,16 +86,6 @@ class Probe:
         return self.jobs / seconds, cpu / self.jobs * 1e6
 
 
-async def redis_cpu(redis: Redis) -> float:
-    info: dict[str, Any] = await redis.info("cpu")
-    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
-
-
-async def used_memory(redis: Redis) -> int:
-    info: dict[str, Any] = await redis.info("memory")
-    return int(info["used_memory"])
-
-
 async def evalsha_usec(redis: Redis) -> tuple[int, int]:
     stats: dict[str, dict[str, Any]] = await redis.info("commandstats")
     entry = stats.get("cmdstat_evalsha", {"calls": 0, "usec": 0})
@@ -126,7 +117,7 @@ async def one_round(backlog: int, jobs: int) -> dict[str, float]:
             figures["drain (jobs/s)"], figures["Redis CPU per job, drain (µs)"] = rate, cpu
             # the worker may start a few of the backlog while it stops; the rest stay queued
             counts = await probe.app.queue().counts()
-            assert counts.ready >= 0.95 * backlog, (counts, probe.done)
+            assert counts.ready >= backlog - 500, (counts, probe.done)  # (a few hundred ran)
 
             await redis.flushall()
             base = await used_memory(redis)

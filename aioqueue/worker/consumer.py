@@ -327,7 +327,7 @@ class QueueConsumer(Component):
             except CLIENT_FAILURES as exc:
                 if loop.time() >= lapses:
                     logger.warning(
-                        "withdrawing an offer on %s failed: %s; it has lapsed",
+                        "withdrawing an offer on %s failed until it lapsed: %s",
                         self.keys.name, describe(exc),
                     )  # fmt: skip
                     return

@@ -1,9 +1,11 @@
 """Edges of offers (an idle consumer is handed new jobs by enqueue.lua) and of done slots
-by millisecond, from a review of both: the first five tests failed on the code as it
+by millisecond, from two reviews of both. The first five tests failed on the code as it
 first landed (a lost reply or a failed withdrawal stranded a job on a live worker until
 its lease expired; a withdrawn job was overtaken by the take after it; a job cancelled
-after it was handed ran; sparse jobs grew the consumer's forget list without bound); the
-others confirm behaviour that holds.
+after it was handed ran; sparse jobs grew the consumer's forget list without bound), and
+so did the four at the end, from the second review (a job handed to a worker whose slots
+filled meanwhile waited 2 s; a stop was held by a failing withdrawal; zero-padded 20-digit
+ids all went to one done hash); the others confirm behaviour that holds.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from aioqueue.enqueue import new_job_id
 from aioqueue.store import records, scripts
 from aioqueue.store.keys import QueueKeys, done_slot
 from aioqueue.worker.consumer import QueueConsumer
-from tests.helpers import redis_ms, wait_until
+from tests.helpers import drain, redis_ms, wait_until
 from tests.script_helpers import put, redis_now_ms, take
 
 LEASE_MS = 30_000
@@ -332,3 +334,124 @@ async def test_generated_ids_of_one_millisecond_share_a_done_slot() -> None:
         by_ms.setdefault(job_id[:8], set()).add(done_slot(job_id.encode()))
     assert all(len(slots) == 1 for slots in by_ms.values())
     assert all(len(job_id) == 20 and job_id[0] == "0" for job_id in ids)
+
+
+# -- a second review -------------------------------------------------------------------
+
+
+async def test_an_offer_made_with_room_is_not_handed_a_job_once_the_worker_is_full(
+    app: aioqueue.App,
+) -> None:
+    """An offer is made while the worker has a free slot and stays out until the BLPOP
+    returns (up to idle_wait). Another queue of the same worker fills that slot meanwhile;
+    the offer is still the longest-waiting one, so the next job is leased to this full
+    worker, waits there MAX_WAIT (2 s) for a slot, and only then goes back to ready, while
+    a second worker with a free slot (and an offer of its own) sat idle."""
+    release = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    started: dict[str, float] = {}
+
+    @app.task(queue="slow")
+    async def slow() -> None:
+        started["slow"] = loop.time()
+        await release.wait()
+
+    @app.task(queue="fast")
+    async def fast() -> None:
+        started["fast"] = loop.time()
+
+    redis = await app.client()
+    fast_idle = app.queue("fast").keys.idle
+
+    def offers(n: int) -> Any:
+        async def out() -> bool:
+            return await redis.zcard(fast_idle) == n
+
+        return out
+
+    busy = app.worker(queues=["slow", "fast"], concurrency=1, idle_wait=30)
+    spare = app.worker(queues=["fast"], concurrency=1, idle_wait=30)
+    try:
+        async with busy:
+            await wait_until(offers(1))  # the busy worker's offer on "fast" is the older
+            async with spare:
+                await wait_until(offers(2))
+                await slow.enqueue()
+
+                async def slow_started() -> bool:
+                    return "slow" in started
+
+                await wait_until(slow_started)
+                sent = loop.time()
+                job = await fast.enqueue()
+                await job.result(timeout=10)
+                waited = started["fast"] - sent
+                release.set()
+    finally:
+        release.set()
+    assert waited < 0.5, f"the job waited {waited:.2f}s with a worker idle"
+
+
+async def test_stop_is_not_held_by_a_withdrawal_retried_for_idle_wait(
+    app: aioqueue.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """_withdraw retries for idle_wait + OFFER_MARGIN measured from its first attempt, and
+    does not look at ``stopping``: with Redis failing the withdrawal, Worker.stop() waits
+    that long (62 s at idle_wait=60). Here idle_wait=6: the stop took ~8 s."""
+    real_idle = scripts.idle
+
+    async def idle(redis: Redis, keys: QueueKeys, token: str, **kw: Any) -> list[Any]:
+        if kw["hold_ms"] == 0:
+            raise RedisConnectionError("Redis went away")
+        return await real_idle(redis, keys, token, **kw)
+
+    monkeypatch.setattr(scripts, "idle", idle)
+
+    @app.task
+    async def noop() -> None:
+        return None
+
+    redis = await app.client()
+    keys = app.queue().keys
+    worker = app.worker(idle_wait=6)
+    await worker.start()
+
+    async def offered() -> bool:
+        return await redis.zcard(keys.idle) == 1
+
+    await wait_until(offered)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    await worker.stop()
+    took = loop.time() - began
+    assert took < 3, f"stop took {took:.1f}s"
+
+
+def test_zero_padded_20_digit_ids_spread_over_the_done_slots() -> None:
+    """A 20-character id starting with '0' is taken for a generated one, and its slot is
+    read from characters 7 and 8: every zero-padded 64-bit number (f"{n:020d}", n < 10**12)
+    lands in slot 0. Before the change they spread by a hash of their last six bytes."""
+    slots = {done_slot(f"{n:020d}".encode()) for n in range(1000)}
+    assert len(slots) > 100, f"1000 ids in {len(slots)} done slot(s)"
+
+
+async def test_zero_padded_ids_keep_their_done_hashes_small(app: aioqueue.App) -> None:
+    """The same in Redis: 300 completed jobs with zero-padded ids (returning None) all
+    land in one done hash, past the 128 entries that keep it listpack-encoded (~30 B a
+    job; a hashtable entry costs several times that, and the hash grows without bound
+    for the whole idempotency window: one key deleted, blocking, when it expires)."""
+
+    @app.task
+    async def noop(n: int) -> None:
+        return None
+
+    for n in range(300):
+        await noop.enqueue(n).options(id=f"{n:020d}")
+    outcomes = await drain(app, concurrency=50)
+    assert outcomes["complete"] == 300
+    redis = await app.client()
+    keys = app.queue().keys
+    hashes = [key async for key in redis.scan_iter(match=f"{keys.done_prefix}*")]
+    sizes = [await redis.hlen(key) for key in hashes]
+    assert sum(sizes) == 300
+    assert max(sizes) <= 128, f"{len(hashes)} done hash(es), the largest {max(sizes)} ids"

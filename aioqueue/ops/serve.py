@@ -58,7 +58,7 @@ def run_worker(app: App, args: argparse.Namespace) -> int:
         with _redis_for(app):
             return _run_processes(app, args)
     with _metrics_for(app, settings, args), _redis_for(app):
-        tune_for_worker()  # the process is the worker's: start-up is done
+        tune_for_worker()  # the process is the worker's; imports and the app are built
         worker = app.worker(
             queues=settings.queues, concurrency=settings.concurrency, lease=settings.lease,
             grace=settings.grace, burst=settings.burst, wait_retries=settings.wait_retries,

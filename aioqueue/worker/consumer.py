@@ -41,6 +41,7 @@ HELD_LOOK = 0.1  # seconds between takes while the queue's concurrency cap holds
 HELD_SLEEP = (0.001, 1.0)  # a rate's hold: sleep at least, at most (new limits are seen)
 BURST_LOOK = 0.05  # seconds between looks of a dry burst consumer while the worker is busy
 OFFER_MARGIN = 2.0  # seconds an idle offer outlives the BLPOP that waits for it
+STOP_WITHDRAWING = 0.5  # seconds a stopping consumer retries withdrawing its offer
 
 
 class QueueConsumer(Component):
@@ -72,6 +73,7 @@ class QueueConsumer(Component):
         self._held: TakeResult | None = None  # a take the queue's limits held back
         self._takes_out = 0  # take calls in flight
         self._offer: str | None = None  # the token of this consumer's idle offer, while out
+        self._offer_lapses = 0.0  # loop time after which that offer can take no job
         # One take at a time until one comes back full: a worker woken for one job sends
         # one call, not TAKES_IN_FLIGHT (the extra calls would only delay that job).
         self._probing = True
@@ -288,13 +290,14 @@ class QueueConsumer(Component):
             return None
         self._take_calls += 1
         token = f"{self._worker_id}:{self._take_calls}"
-        hold_ms = int((self.settings.idle_wait + OFFER_MARGIN) * 1000)
+        hold = self.settings.idle_wait + OFFER_MARGIN
         forget, self._forget = self._forget, []
         self._offer = token  # from here on it may be out, reply or not
+        self._offer_lapses = asyncio.get_running_loop().time() + hold
         try:
             await scripts.idle(
                 self.redis, self.keys, token, lease_ms=self.settings.lease_ms,
-                hold_ms=hold_ms, forget=forget,
+                hold_ms=int(hold * 1000), forget=forget,
             )  # fmt: skip
         except CLIENT_FAILURES as exc:
             logger.warning("offering to take from %s failed: %s", self.keys.name, describe(exc))
@@ -312,13 +315,16 @@ class QueueConsumer(Component):
         """Withdraw the offer that is out, if any, and admit what was handed to it. A
         withdrawal is safe to resend: it is retried until it lands or the offer lapses
         (after which nothing more can be handed to it; a job handed before is leased to
-        this worker, and reclaimed when that lease expires, as after a lost take)."""
+        this worker, and reclaimed when that lease expires, as after a lost take), and
+        while stopping for STOP_WITHDRAWING at most (a stop is not held by a dead Redis)."""
         token, self._offer = self._offer, None
         if token is None:
             return
         loop = asyncio.get_running_loop()
-        lapses = loop.time() + self.settings.idle_wait + OFFER_MARGIN
+        lapses = self._offer_lapses
         while True:
+            if self.stopping.is_set():
+                lapses = min(lapses, loop.time() + STOP_WITHDRAWING)
             try:
                 handed = await scripts.idle(
                     self.redis, self.keys, token, lease_ms=self.settings.lease_ms, hold_ms=0
@@ -327,7 +333,7 @@ class QueueConsumer(Component):
             except CLIENT_FAILURES as exc:
                 if loop.time() >= lapses:
                     logger.warning(
-                        "withdrawing an offer on %s failed until it lapsed: %s",
+                        "withdrawing an offer on %s failed (it lapses by itself): %s",
                         self.keys.name, describe(exc),
                     )  # fmt: skip
                     return
@@ -336,11 +342,13 @@ class QueueConsumer(Component):
         self._admit_handed(handed)
 
     def _admit_handed(self, handed: list[tuple[Taken, bool]]) -> None:
-        """Jobs handed to an offer: they start if a slot is free, else wait for one. One
-        cancelled since it was handed (aborted: True) ends as cancelled, never started."""
+        """Jobs handed to an offer: they start if a slot is free, else wait for one while
+        jobs end fast (a lookahead, as for jobs taken ahead); a worker that filled its
+        slots with long jobs since it offered gives them back to ready at once, for an
+        idle worker to take. One cancelled since it was handed (aborted) ends cancelled."""
         for job, aborted in handed:
-            if aborted:
-                self._inflight.admit_aborted(job, self._acks)
+            if aborted or (self._slots.room < 1 and not self._slots.lookahead):
+                self._inflight.refuse(job, self._acks, aborted=aborted)
             else:
                 self._inflight.admit(job, self._acks, reserved=False)
 

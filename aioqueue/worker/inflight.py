@@ -196,11 +196,12 @@ class InFlight(Component):
         else:
             self.slots.admit_unreserved(job)
 
-    def admit_aborted(self, taken: Taken, acks: Batcher) -> None:
-        """A leased job whose cancellation was asked before this worker held it (an
-        offer's, see consumer.py): it ends as cancelled, never started."""
+    def refuse(self, taken: Taken, acks: Batcher, *, aborted: bool = False) -> None:
+        """A leased job this worker will not start (an offer's, see consumer.py): back to
+        the front of ready, attempt not counted; or, its cancellation asked before this
+        worker held it (``aborted``), ended as cancelled."""
         acks.hold(taken)
-        self._hand_back(RunningJob(taken, acks, self._deadlines), aborted=True)
+        self._hand_back(RunningJob(taken, acks, self._deadlines), aborted=aborted)
 
     def _start(self, job: RunningJob) -> None:
         loop = asyncio.get_running_loop()

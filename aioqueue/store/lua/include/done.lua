@@ -7,8 +7,11 @@
 -- The slot is keys.done_slot() in Python. A generated id (20 characters, a millisecond
 -- timestamp first: enqueue.new_job_id) goes by that millisecond (mod 4096), so the jobs
 -- enqueued together, which finish together, share a hash and an ack marks them with one
--- HSET and one PEXPIREAT; any other id by a hash of its last six bytes.
-local DONE_SLOTS = 4096
+-- HSET and one PEXPIREAT; any other id by a hash of its last six bytes. An id has the
+-- generated shape if it starts with "0" and its characters 2-3 read at least
+-- GENERATED_SINCE (bits 30-41 of a millisecond since mid-2017: keys.GENERATED_SINCE), so
+-- that zero-padded numbers spread like other ids.
+local DONE_SLOTS, GENERATED_SINCE = 4096, 1397
 
 local function sextet(c) -- a character's value in generated ids' alphabet (0-9A-Z_a-z~)
   if c >= 97 and c <= 122 then return c - 60 end
@@ -19,8 +22,9 @@ local function sextet(c) -- a character's value in generated ids' alphabet (0-9A
 end
 
 local function done_slot(id)
-  if #id == 20 and string.byte(id, 1) == 48 then -- characters 7 and 8: the ms's low 12 bits
-    return sextet(string.byte(id, 7)) * 64 + sextet(string.byte(id, 8))
+  if #id == 20 and string.byte(id, 1) == 48
+    and sextet(string.byte(id, 2)) * 64 + sextet(string.byte(id, 3)) >= GENERATED_SINCE then
+    return sextet(string.byte(id, 7)) * 64 + sextet(string.byte(id, 8)) -- the ms's low 12 bits
   end
   local slot = 0
   for i = math.max(1, #id - 5), #id do slot = (slot * 31 + string.byte(id, i)) % DONE_SLOTS end

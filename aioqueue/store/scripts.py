@@ -412,7 +412,7 @@ async def idle(
 
 
 def handed_job(item: bytes, token: str) -> Taken:
-    """A job enqueue.lua handed to an offer, as it pushed it:
+    """A job handed to an offer, as lua/include/handed.lua writes it:
     "<max_attempts> <id length> <id><payload>"; its first attempt, leased under ``token``."""
     max_attempts, length, rest = item.split(b" ", 2)
     size = int(length)

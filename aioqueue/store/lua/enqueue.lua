@@ -50,6 +50,7 @@ hash) or its tick was enqueued already (state 'tick-done').
 ]]
 -- @include clock
 -- @include done
+-- @include handed
 -- @include notify
 -- @include record
 -- @include schedule
@@ -143,7 +144,7 @@ local function fill_offers(ids)
     redis.call('ZADD', active, now + tonumber(lease_ms), id)
     local record = redis.call('HMGET', job, 'm', 'p')
     local direct, taken = direct_prefix .. token, taken_prefix .. token
-    redis.call('RPUSH', direct, record[1] .. ' ' .. #id .. ' ' .. id .. record[2])
+    redis.call('RPUSH', direct, handed_item(record[1], id, record[2]))
     redis.call('PEXPIRE', direct, lease_ms)
     redis.call('RPUSH', taken, id) -- what idle.lua's withdrawal finds, should a reply be lost
     redis.call('PEXPIRE', taken, lease_ms)

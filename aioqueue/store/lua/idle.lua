@@ -22,6 +22,7 @@ returns them again; the token's taken list goes with the consumer's next
 offer or take (its forget list) or expires with the lease.
 ]]
 -- @include clock
+-- @include handed
 local idle, direct, taken = KEYS[1], KEYS[2], KEYS[3]
 local job_prefix, taken_prefix = KEYS[4], KEYS[5]
 local member, hold_ms = ARGV[1], tonumber(ARGV[2])
@@ -37,7 +38,7 @@ local handed = {}
 for _, id in ipairs(redis.call('LRANGE', taken, 0, -1)) do
   local record = redis.call('HMGET', job_prefix .. id, 's', 'w', 'm', 'p', 'ab')
   if record[1] == 'active' and record[2] == token then
-    handed[#handed + 1] = record[3] .. ' ' .. #id .. ' ' .. id .. record[4]
+    handed[#handed + 1] = handed_item(record[3], id, record[4])
     handed[#handed + 1] = record[5] or ''
   end
 end

@@ -10,9 +10,16 @@ print(await job.result(timeout=5))
 """
 
 from .app import App
-from .backoff import Backoff, Exponential, Fixed
-from .enqueue import JobOptions
-from .errors import (
+from .client.enqueue import JobOptions
+from .client.job import Job
+from .client.messaging import ChannelInfo, Group, Mailbox, Message
+from .client.queue import EnqueueCall, Queue
+from .client.task import Task
+from .client.topics import DeadMessage, GroupInfo, Topic, TopicInfo
+from .client.workflows import Batch, BatchSummary, Flow, FlowStatus, Workflow, chain, chord, flow
+from .core import __version__
+from .core.backoff import Backoff, Exponential, Fixed
+from .core.errors import (
     AioqueueError,
     AuthenticationFailed,
     ChildFailed,
@@ -40,27 +47,13 @@ from .errors import (
     TlsFailed,
     UnknownTask,
 )
-from .job import Job
-from .limits import QueueLimits
-from .messaging import ChannelInfo, Group, Mailbox, Message
-from .middleware import JobContext, current_job
-from .observers import JobEvent, Observer
-from .periodic import Periodic
-from .queue import EnqueueCall, Queue
-from .store.records import (
-    ErrorInfo,
-    JobInfo,
-    JobStatus,
-    MinuteCounts,
-    QueueCounts,
-    ScheduledJob,
-)
-from .task import Task, TaskOptions
-from .topics import DeadMessage, GroupInfo, Subscriber, Topic, TopicInfo
+from .core.limits import QueueLimits
+from .core.middleware import JobContext, current_job
+from .core.observers import JobEvent, Observer
+from .core.periodic import Periodic
+from .core.records import ErrorInfo, JobInfo, JobStatus, MinuteCounts, QueueCounts, ScheduledJob
+from .core.tasks import Subscriber, TaskOptions
 from .worker import Worker
-from .workflows import Batch, BatchSummary, Flow, FlowStatus, Workflow, chain, chord, flow
-
-__version__ = "0.1.0"
 
 __all__ = [
     "AioqueueError",

@@ -70,7 +70,7 @@ def run_side(tree: Path, url: str, prefix: str, jobs: int, timeout: str) -> dict
 
 
 def compare(base: str, rounds: int, jobs: int, timeout: str) -> None:
-    from aioqueue.store.embedded import EmbeddedServer
+    from aioqueue.ops.embedded import EmbeddedServer
 
     workdir = Path(tempfile.mkdtemp(prefix="aioqueue-ab-"))
     tree = workdir / "base"

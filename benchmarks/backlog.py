@@ -26,8 +26,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import aioqueue
+from aioqueue.ops.embedded import EmbeddedServer
 from aioqueue.store import scripts
-from aioqueue.store.embedded import EmbeddedServer
 from benchmarks.quick import redis_cpu, used_memory
 
 if TYPE_CHECKING:

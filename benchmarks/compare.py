@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING, Any
 from redis import Redis
 
 import aioqueue
-from aioqueue.store.embedded import EmbeddedServer
+from aioqueue.ops.embedded import EmbeddedServer
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence

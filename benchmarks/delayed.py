@@ -45,16 +45,16 @@ import orjson
 from redis.asyncio import Redis
 
 import aioqueue
-from aioqueue.enqueue import JobOptions
+from aioqueue.client.enqueue import JobOptions
+from aioqueue.core.payload import Payload
+from aioqueue.ops.embedded import EmbeddedServer
 from aioqueue.store import scripts
-from aioqueue.store.embedded import EmbeddedServer
-from aioqueue.store.payload import Payload
 from aioqueue.worker.promoter import Promoter
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from aioqueue.store.keys import QueueKeys
+    from aioqueue.core.keys import QueueKeys
 
 ROOT = Path(__file__).resolve().parents[1]
 PREFIX = "bench"

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import aioqueue
-from aioqueue.store.embedded import EmbeddedServer
+from aioqueue.ops.embedded import EmbeddedServer
 
 ROOT = Path(__file__).resolve().parents[1]
 RATE, BURST, CAP, SLEEP = 100, 10, 5, 0.05

@@ -31,7 +31,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import aioqueue
-from aioqueue.store.embedded import EmbeddedServer
+from aioqueue.ops.embedded import EmbeddedServer
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 import aioqueue
-from aioqueue.store.embedded import EmbeddedServer
+from aioqueue.ops.embedded import EmbeddedServer
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

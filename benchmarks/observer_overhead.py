@@ -80,7 +80,7 @@ def run_side(url: str, prefix: str, jobs: int, metrics: bool) -> dict[str, float
 
 
 def compare(rounds: int, jobs: int) -> None:
-    from aioqueue.store.embedded import EmbeddedServer
+    from aioqueue.ops.embedded import EmbeddedServer
 
     results: dict[bool, list[dict[str, float]]] = {False: [], True: []}
     with EmbeddedServer() as server:

@@ -42,8 +42,8 @@ from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 
 import aioqueue
+from aioqueue.ops.embedded import EmbeddedServer
 from aioqueue.ops.garbage import tune_for_worker
-from aioqueue.store.embedded import EmbeddedServer
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator

@@ -28,8 +28,8 @@ from redis import Redis as SyncRedis
 from redis.crc import key_slot
 
 import aioqueue
-from aioqueue.store.embedded import EmbeddedCluster, EmbeddedServer
-from aioqueue.store.keys import QueueKeys
+from aioqueue.core.keys import QueueKeys
+from aioqueue.ops.embedded import EmbeddedCluster, EmbeddedServer
 
 ROOT = Path(__file__).resolve().parents[1]
 

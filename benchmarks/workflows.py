@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from redis.asyncio import Redis
 
 import aioqueue
-from aioqueue.store.embedded import EmbeddedServer
+from aioqueue.ops.embedded import EmbeddedServer
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import aioqueue
-from aioqueue.store.embedded import EmbeddedServer
+from aioqueue.ops.embedded import EmbeddedServer
 
 EVERY = 1.0  # seconds between loads (a minute would do in production)
 AHEAD = 3.0  # load what falls due this far ahead...

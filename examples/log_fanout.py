@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import aioqueue
-from aioqueue.store.embedded import EmbeddedServer
+from aioqueue.ops.embedded import EmbeddedServer
 
 ROOT = Path(__file__).resolve().parent.parent
 LINES = 10_000

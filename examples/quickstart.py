@@ -19,7 +19,7 @@ from datetime import date
 from typing import Any
 
 import aioqueue
-from aioqueue.store.embedded import EmbeddedServer
+from aioqueue.ops.embedded import EmbeddedServer
 
 # No URL here: the app reads AIOQUEUE_REDIS_URL when it first connects, and the CLI
 # (or main() below) points it at a private server when none is configured.

@@ -22,7 +22,7 @@ import hashlib
 
 import aioqueue
 from aioqueue import chain, chord
-from aioqueue.store.embedded import EmbeddedServer
+from aioqueue.ops.embedded import EmbeddedServer
 
 app = aioqueue.App()
 applied: list[str] = []  # the group's events, in the order they ran (in this process)

@@ -13,8 +13,8 @@ from fakeredis import FakeAsyncRedis, FakeServer
 from redis.asyncio import Redis
 
 import aioqueue
-from aioqueue.store.embedded import EmbeddedServer
-from aioqueue.store.keys import QueueKeys
+from aioqueue.core.keys import QueueKeys
+from aioqueue.ops.embedded import EmbeddedServer
 from tests.helpers import collect_leaked_sockets
 
 

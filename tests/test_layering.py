@@ -1,52 +1,46 @@
-"""Dependencies inside aioqueue point one way (ARCHITECTURE.md, "Layers").
+"""Dependencies inside aioqueue point one way, and the folders are the layers.
 
-    core (pure)  ->  store (Redis)  ->  producer side | worker  ->  edges (app, cli)
+    core  <-  store  <-  client | worker  <-  app  <-  web  <-  ops  <-  __init__, __main__
 
-A module may import modules of its own layer or a lower one, never a higher one; the
-producer side and the worker are siblings that never import each other. Imports under
-``if TYPE_CHECKING:`` are exempt (they never run); imports inside functions count. Only
-the store talks Lua to Redis, and every file in ``store/lua`` has its typed wrapper.
+A module's layer is its folder (``aioqueue/<folder>/...``; ``app.py``, ``__init__.py`` and
+``__main__.py`` at the top are layers of their own). A module may import modules of its
+own folder or of a lower layer, never a higher one; ``client`` and ``worker`` are siblings
+that never import each other. ``web`` (the dashboard, an ASGI app) sits below ``ops`` (the
+command line, which serves it). Every
+import counts: under ``if TYPE_CHECKING:`` or inside a function as much as at the top, so
+a type hint cannot hide a dependency. Only the store talks Lua to Redis.
 """
 
 from __future__ import annotations
 
 import ast
-import inspect
+import re
 from pathlib import Path
 
 import pytest
 
 import aioqueue
-from aioqueue.store import scripts
 
 PACKAGE = Path(aioqueue.__file__).parent
 
-CORE = 0
-STORE = 1
-PRODUCER = 2
-WORKER = 2  # a sibling of the producer side, checked apart
-EDGE = 3
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("core",),
+    ("store",),
+    ("client", "worker"),
+    ("app",),
+    ("web",),
+    ("ops",),
+    ("__init__", "__main__"),
+)
+"""The layers, lowest first; the folders of one layer never import each other (the order
+is ARCHITECTURE.md's diagram, checked by test_the_diagram_names_the_layers_in_order)."""
 
-_CORE = {
-    "errors", "settings", "backoff", "priorities", "periodic", "middleware", "observers", "limits",
-    "store.keys", "store.records", "store.payload",
-}  # fmt: skip
-_PRODUCER = {"task", "enqueue", "job", "queue", "messaging", "topics", "workflows"}
-_EDGE = {"app", "__init__", "__main__"}
+RANK = {folder: rank for rank, folders in enumerate(LAYERS) for folder in folders}
 
 
-def layer(module: str) -> int:
-    if module in _CORE:
-        return CORE
-    if module in _PRODUCER:
-        return PRODUCER
-    if module in _EDGE or module.split(".")[0] in ("ops", "web"):
-        return EDGE
-    if module == "store" or module.startswith("store."):
-        return STORE
-    if module == "worker" or module.startswith("worker."):
-        return WORKER
-    raise AssertionError(f"no layer for {module}: place it in test_layering.py")
+def folder(module: str) -> str:
+    """The layer folder of a dotted module name ("store.scripts" -> "store")."""
+    return module.split(".")[0]
 
 
 def modules() -> dict[str, Path]:
@@ -60,30 +54,23 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _package_of(module: str, known: set[str]) -> list[str]:
-    """The package a module's relative imports start from, as a list of parts."""
-    parts = [] if module == "__init__" else module.split(".")
-    return parts if module in known and _is_package(module) else parts[:-1]
-
-
 def _is_package(module: str) -> bool:
     return module != "__init__" and (PACKAGE / module.replace(".", "/") / "__init__.py").exists()
+
+
+def _package_of(module: str) -> list[str]:
+    """The package a module's relative imports start from, as a list of parts."""
+    parts = [] if module == "__init__" else module.split(".")
+    return parts if _is_package(module) else parts[:-1]
 
 
 def _targets(node: ast.Import | ast.ImportFrom, module: str, known: set[str]) -> set[str]:
     """The aioqueue modules one import statement depends on (``__init__`` for the package)."""
     if isinstance(node, ast.Import):
-        dotted = [alias.name for alias in node.names]
         return {
-            name.removeprefix("aioqueue.") if "." in name else "__init__"
-            for name in dotted
-            if name == "aioqueue" or name.startswith("aioqueue.")
+            alias.name.removeprefix("aioqueue.") if "." in alias.name else "__init__"
+            for alias in node.names
+            if alias.name == "aioqueue" or alias.name.startswith("aioqueue.")
         }
     if node.level == 0:
         base_name = node.module or ""
@@ -91,7 +78,7 @@ def _targets(node: ast.Import | ast.ImportFrom, module: str, known: set[str]) ->
             return set()
         base = base_name.split(".")[1:]
     else:
-        package = _package_of(module, known)
+        package = _package_of(module)
         if node.level - 1 > len(package):
             raise AssertionError(f"{module}: relative import above the package")
         base = package[: len(package) - (node.level - 1)] + (node.module or "").split(".")
@@ -103,29 +90,19 @@ def _targets(node: ast.Import | ast.ImportFrom, module: str, known: set[str]) ->
     return found
 
 
-def runtime_imports(source: str, module: str, known: set[str]) -> set[str]:
-    """Every aioqueue module imported at run time, wherever the import statement sits."""
+def imports_of(source: str, module: str, known: set[str]) -> set[str]:
+    """Every aioqueue module that ``source`` imports, wherever the statement sits."""
     found: set[str] = set()
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            for statement in node.orelse:
-                visit(statement)
-            return
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import | ast.ImportFrom):
             found.update(_targets(node, module, known))
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(ast.parse(source))
-    return found
+    return found - {module}
 
 
 def import_graph() -> dict[str, set[str]]:
     known = set(modules())
     return {
-        name: runtime_imports(path.read_text("utf-8"), name, known) - {name}
-        for name, path in modules().items()
+        name: imports_of(path.read_text("utf-8"), name, known) for name, path in modules().items()
     }
 
 
@@ -134,89 +111,62 @@ def test_the_import_scanner_itself() -> None:
 from __future__ import annotations
 import typing
 from typing import TYPE_CHECKING
-from . import scripts, keys
-from .keys import QueueKeys
-from ..errors import ConfigError
-from .. import periodic
-import aioqueue.job
+from . import scripts, routing
+from ..core.keys import QueueKeys
+from ..core import errors
+import aioqueue.client.job
 import collections.abc
-from aioqueue.errors import ConfigError
+from aioqueue.core.errors import ConfigError
 if TYPE_CHECKING:
     from ..worker import Worker
-if typing.TYPE_CHECKING:
-    from ..app import App
-else:
-    from ..backoff import Fixed
 def late():
     from ..worker.runner import run_job
     from aioqueue import __version__
 """
     known = {
-        "store", "store.scripts", "store.keys", "job", "errors", "worker", "app", "backoff",
-        "worker.runner", "periodic", "__init__",
+        "store", "store.scripts", "store.routing", "store.wire", "core", "core.keys",
+        "core.errors", "client.job", "worker", "worker.runner", "__init__",
     }  # fmt: skip
-    assert runtime_imports(source, "store.wire", known) == {
-        "store.scripts", "store.keys", "errors", "periodic", "job", "backoff", "worker.runner",
-        "__init__",
+    assert imports_of(source, "store.wire", known) == {
+        "store.scripts", "store.routing", "core.keys", "core.errors", "client.job", "worker",
+        "worker.runner", "__init__",
     }  # fmt: skip
 
 
-def test_every_module_has_a_layer() -> None:
-    for module in modules():
-        layer(module)  # raises for a module nobody placed
+def test_the_folders_are_the_layers() -> None:
+    """Every module sits in a layer folder; every folder (and top-level file) is a layer."""
+    tops = {folder(name) for name in modules()}
+    assert tops == set(RANK), f"unplaced: {sorted(tops - set(RANK))}, gone: {set(RANK) - tops}"
+    loose = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert loose == ["__init__.py", "__main__.py", "app.py"]
 
 
-def test_the_tree_shows_the_layers() -> None:
-    names = set(modules())
-    assert {"store.scripts", "store.wire", "store.records", "store.loader"} <= names
-    assert {"worker.worker", "worker.inflight", "worker.consumer", "worker.acks"} <= names
-    assert all(layer(name) in (CORE, STORE) for name in names if name.startswith("store."))
-    assert all(layer(name) == WORKER for name in names if name.startswith("worker."))
-
-
-def test_dependencies_point_one_way() -> None:
+def test_dependencies_point_down() -> None:
     graph = import_graph()
     assert graph["worker.worker"], "the scanner found no imports in worker/worker.py"
     upward = sorted(
-        f"{module} ({layer(module)}) imports {target} ({layer(target)})"
+        f"{module} imports {target}"
         for module, targets in graph.items()
         for target in targets
-        if layer(target) > layer(module)
+        if RANK[folder(target)] > RANK[folder(module)]
     )
     assert upward == []
 
 
-def test_the_producer_side_and_the_worker_never_import_each_other() -> None:
+def test_folders_of_one_layer_never_import_each_other() -> None:
     graph = import_graph()
     crossing = sorted(
         f"{module} imports {target}"
         for module, targets in graph.items()
         for target in targets
-        if {_side(module), _side(target)} == {"producer", "worker"}
+        if folder(module) != folder(target) and RANK[folder(module)] == RANK[folder(target)]
     )
     assert crossing == []
 
 
-def _side(module: str) -> str:
-    if module in _PRODUCER:
-        return "producer"
-    return "worker" if module == "worker" or module.startswith("worker.") else "other"
-
-
-@pytest.mark.parametrize("module", sorted(name for name in modules() if layer(name) == CORE))
-def test_core_modules_import_only_core_modules(module: str) -> None:
-    targets = import_graph()[module]
-    assert {target for target in targets if layer(target) != CORE} == set()
-
-
-@pytest.mark.parametrize("module", ["worker.runner", "worker.inflight"])
-def test_a_job_runs_without_the_redis_layer(module: str) -> None:
-    """The runner and the in-flight job use the typed records, never Redis itself."""
-    store = {target for target in import_graph()[module] if layer(target) == STORE}
-    assert store == set()
-
-
-def test_no_import_cycles_at_run_time() -> None:
+def test_no_import_cycles() -> None:
+    """No cycle between modules, type-only imports included (a cycle of type hints is a
+    knot in the design all the same)."""
     graph = import_graph()
     done: set[str] = set()
 
@@ -230,14 +180,19 @@ def test_no_import_cycles_at_run_time() -> None:
 
     for module in sorted(graph):
         visit(module, ())
-    assert done == set(graph)
+
+
+@pytest.mark.parametrize("module", ["worker.runner", "worker.inflight"])
+def test_a_job_runs_without_the_redis_layer(module: str) -> None:
+    """The runner and the in-flight job use the typed records, never Redis itself."""
+    assert {target for target in import_graph()[module] if folder(target) == "store"} == set()
 
 
 def test_only_the_store_sends_lua() -> None:
     offenders = sorted(
         f"{name}: {word}"
         for name, path in modules().items()
-        if layer(name) != STORE
+        if folder(name) != "store"
         for word in ("evalsha", "script_load", "register_script")
         if word in path.read_text("utf-8").lower()
     )
@@ -245,57 +200,21 @@ def test_only_the_store_sends_lua() -> None:
     assert "evalsha" in (PACKAGE / "store" / "loader.py").read_text("utf-8")
 
 
-def _script_names() -> list[str]:
-    """The names passed to ``Script("<name>")`` calls in store/scripts.py."""
-    tree = ast.parse((PACKAGE / "store" / "scripts.py").read_text("utf-8"))
-    return [
-        str(node.args[0].value)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id == "Script"
-        and node.args
-        and isinstance(node.args[0], ast.Constant)
-    ]
+def _diagram_row(line: str) -> tuple[str, ...]:
+    """The layer folders a row of the diagram names: its chunks (split by 2+ spaces) made
+    only of paths ("ops/", "app.py", "__init__.py __main__.py"), not its description."""
+    found = []
+    for chunk in re.split(r"\s{2,}", line.strip()):
+        tokens = chunk.split()
+        if tokens and all(re.fullmatch(r"[\w]+(/|\.py)", token) for token in tokens):
+            found += [token.removesuffix("/").removesuffix(".py") for token in tokens]
+    return tuple(found)
 
 
-LUA_FILES = sorted(path.stem for path in (PACKAGE / "store" / "lua").glob("*.lua"))
-
-
-def test_every_lua_file_has_exactly_one_script_and_back() -> None:
-    names = _script_names()
-    assert len(names) == len(set(names))
-    assert sorted(names) == LUA_FILES
-    assert len(LUA_FILES) >= 9
-    assert sorted(script.name for script in scripts.ALL_SCRIPTS) == LUA_FILES
-
-
-@pytest.mark.parametrize("name", LUA_FILES)
-def test_lua_header_states_its_contract(name: str) -> None:
-    source = (PACKAGE / "store" / "lua" / f"{name}.lua").read_text("utf-8")
-    assert source.startswith(f"--[[ {name}:"), "the header opens with the script's name"
-    header = source.split("]]", 1)[0]
-    for word in ("KEYS[1]", "ARGV[1]", "Returns"):
-        assert word in header, f"{name}.lua header does not mention {word}"
-
-
-@pytest.mark.parametrize("name", LUA_FILES)
-def test_every_lua_file_has_a_typed_wrapper(name: str) -> None:
-    wrapper = getattr(scripts, name, None)
-    assert inspect.iscoroutinefunction(wrapper), f"scripts.{name}() is missing"
-
-
-def test_the_return_codes_are_read_in_one_table() -> None:
-    """Codes are given meaning in ``scripts.CODES`` alone: no other table of codes."""
-    tree = ast.parse((PACKAGE / "store" / "scripts.py").read_text("utf-8"))
-    tables = [node for node in ast.walk(tree) if isinstance(node, ast.Dict) and _int_keys(node)]
-    assert len(tables) == len(scripts.CODES)  # the inner tables of CODES, and no others
-    for name in scripts.CODES:
-        assert name in LUA_FILES
-
-
-def _int_keys(table: ast.Dict) -> bool:
-    keys = [key.operand if isinstance(key, ast.UnaryOp) else key for key in table.keys]
-    return bool(keys) and all(
-        isinstance(key, ast.Constant) and isinstance(key.value, int) for key in keys
-    )
+def test_the_diagram_names_the_layers_in_order() -> None:
+    """ARCHITECTURE.md's layer diagram lists the layer folders top to bottom, the reverse
+    of LAYERS, folders of one layer on one row."""
+    text = (PACKAGE.parent / "ARCHITECTURE.md").read_text("utf-8")
+    diagram = text.split("## Layers", 1)[1].split("```", 2)[1]
+    rows = [row for line in diagram.splitlines() if (row := _diagram_row(line))]
+    assert [set(row) for row in reversed(rows)] == [set(layer) for layer in LAYERS]

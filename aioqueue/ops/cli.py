@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, NoReturn
 
 from redis.exceptions import AuthenticationError, NoPermissionError, RedisError
 
-from .. import __version__
 from ..app import App
-from ..errors import AioqueueError, ConfigError, describe
-from ..settings import ENV_REDIS_URL, WORKER_DEFAULTS, mask_url
+from ..core import __version__
+from ..core.errors import AioqueueError, ConfigError, describe
+from ..core.settings import ENV_REDIS_URL, WORKER_DEFAULTS, mask_url
 from . import logs
 from .commands import (
     run_check,

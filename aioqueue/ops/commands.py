@@ -15,8 +15,8 @@ import orjson
 from rich.console import Group
 from rich.live import Live
 
-from ..errors import ConfigError
-from ..settings import ENV_REDIS_URL
+from ..core.errors import ConfigError
+from ..core.settings import ENV_REDIS_URL
 from ..store.heartbeats import mixed_task_sets, mixed_windows
 from ..store.server import eviction
 from .tables import (
@@ -35,9 +35,9 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from ..app import App
-    from ..messaging import ChannelInfo
-    from ..queue import Queue
-    from ..store.records import JobInfo
+    from ..client.messaging import ChannelInfo
+    from ..client.queue import Queue
+    from ..core.records import JobInfo
 
 
 def _say(line: str) -> None:

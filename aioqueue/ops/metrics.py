@@ -52,8 +52,8 @@ import threading
 from bisect import bisect_left
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-from ..errors import ConfigError, describe
-from ..observers import Observer
+from ..core.errors import ConfigError, describe
+from ..core.observers import Observer
 
 try:
     from prometheus_client import CollectorRegistry, start_http_server
@@ -76,8 +76,8 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
     from ..app import App
-    from ..observers import JobEvent
-    from ..store.records import QueueCounts
+    from ..core.observers import JobEvent
+    from ..core.records import QueueCounts
 
 __all__ = ["Metrics", "MetricsServer", "instrument", "start_metrics_server"]
 
@@ -432,7 +432,7 @@ def instrument(
     ``CollectorRegistry``; an embedding app passes its own, e.g. prometheus-client's
     ``REGISTRY``). Depths are read for ``queues``, default ``app.queue_names()`` (pass a
     worker's ``--queue`` list). Raises ConfigError if the app has a Metrics already."""
-    if any(isinstance(observer, Metrics) for observer in app.observers):
+    if any(isinstance(observer, Metrics) for observer in app.registry.observers):
         raise ConfigError("instrument(app): this app has metrics already")
     metrics = Metrics(
         app, CollectorRegistry() if registry is None else registry, queues=queues,

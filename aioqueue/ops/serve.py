@@ -18,9 +18,9 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
-from ..settings import ENV_REDIS_URL, WorkerSettings
-from ..store.embedded import EmbeddedServer, die_with_parent
+from ..core.errors import ConfigError
+from ..core.settings import ENV_REDIS_URL, WorkerSettings
+from .embedded import EmbeddedServer, die_with_parent
 from .garbage import tune_for_worker
 
 if TYPE_CHECKING:

@@ -14,10 +14,10 @@ from rich.table import Table
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from ..limits import QueueLimits
-    from ..messaging import ChannelInfo
-    from ..store.records import JobInfo, MinuteCounts, QueueCounts
-    from ..topics import GroupInfo, TopicInfo
+    from ..client.messaging import ChannelInfo
+    from ..client.topics import GroupInfo, TopicInfo
+    from ..core.limits import QueueLimits
+    from ..core.records import JobInfo, MinuteCounts, QueueCounts
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ semantic conventions:
   and jobs it enqueues continue the trace.
 
 A handler's exception is recorded on its span (status ERROR), then re-raised unchanged.
-``aioqueue.job.outcome`` says how each attempt was settled: complete, retry, bury, fail,
+``aioqueue.client.job.outcome`` says how each attempt was settled: complete, retry, bury, fail,
 abort (cancelled on request) or release (handed back by a stopping worker). An abort or a
 shutdown is not the job's failure: its span keeps an unset status. A timeout is one: the
 status is ERROR and ``error.type`` is ``timeout``.
@@ -36,9 +36,9 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import __version__
-from ..errors import ConfigError
-from ..observers import Observer
+from ..core import __version__
+from ..core.errors import ConfigError
+from ..core.observers import Observer
 
 try:
     from opentelemetry import propagate, trace
@@ -57,8 +57,8 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
     from ..app import App
-    from ..middleware import CallNext, JobContext
-    from ..observers import JobEvent
+    from ..core.middleware import CallNext, JobContext
+    from ..core.observers import JobEvent
 
 __all__ = ["Tracing", "instrument"]
 
@@ -87,11 +87,11 @@ def instrument(
     covers the app's other middleware, and it records the exception aioqueue's retry logic
     sees. Returns the registered ``Tracing``; ConfigError if the app has one already.
     """
-    if any(isinstance(observer, Tracing) for observer in app.observers):
+    if any(isinstance(observer, Tracing) for observer in app.registry.observers):
         raise ConfigError("instrument(app): this app is instrumented already")
     tracer = trace.get_tracer("aioqueue", __version__, tracer_provider)
     tracing = app.add_observer(Tracing(tracer, propagator))
-    app.middleware_stack.insert(0, tracing.process)
+    app.registry.middleware.insert(0, tracing.process)
     return tracing
 
 
@@ -118,7 +118,7 @@ class Tracing(Observer):
                 "messaging.destination.name": queue,
                 "messaging.operation.name": "send",
                 "messaging.operation.type": "send",
-                "aioqueue.task.name": task,
+                "aioqueue.client.task.name": task,
             },
         )
         try:
@@ -153,9 +153,9 @@ class Tracing(Observer):
                 "messaging.operation.name": "process",
                 "messaging.operation.type": "process",
                 "messaging.message.id": job.id,
-                "aioqueue.task.name": job.task,
-                "aioqueue.job.attempt": job.attempt,
-                "aioqueue.job.max_attempts": job.max_attempts,
+                "aioqueue.client.task.name": job.task,
+                "aioqueue.client.job.attempt": job.attempt,
+                "aioqueue.client.job.max_attempts": job.max_attempts,
             },
         )
         if not span.is_recording():
@@ -214,7 +214,7 @@ class _Run:
 
     def end(self, outcome: str) -> None:
         span = self.span
-        span.set_attribute("aioqueue.job.outcome", outcome)
+        span.set_attribute("aioqueue.client.job.outcome", outcome)
         if outcome in _FAILURES and not self.errored:
             if self.cut_short or not self.returned:
                 # Only a timeout makes a run cut short from outside a failure (an abort or
@@ -247,7 +247,7 @@ class _Sending:
     ) -> None:
         if isinstance(exc, asyncio.CancelledError):
             # The caller was cancelled (the job may or may not be written): not an error.
-            self._span.set_attribute("aioqueue.enqueue.cancelled", True)
+            self._span.set_attribute("aioqueue.client.enqueue.cancelled", True)
         elif exc is not None:
             _record_error(self._span, exc)
         self._span.end()

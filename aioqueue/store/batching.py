@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 
     from redis.asyncio import Redis
 
-    from .keys import QueueKeys
-    from .records import Enqueued, NewJob
+    from ..core.keys import QueueKeys
+    from ..core.lifecycle import Enqueued, NewJob
 
 
 # Jobs per script call of a flush, all sent in one write: each caller resumes as its call's

@@ -31,7 +31,7 @@ from redis.exceptions import AuthenticationError, NoPermissionError, OutOfMemory
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..errors import (
+from ..core.errors import (
     AioqueueError,
     AuthenticationFailed,
     EnqueueUnconfirmed,
@@ -41,7 +41,7 @@ from ..errors import (
     TlsFailed,
     describe,
 )
-from ..settings import (
+from ..core.settings import (
     CLUSTER_SCHEMES,
     SENTINEL_SCHEMES,
     cluster_nodes,
@@ -51,7 +51,7 @@ from ..settings import (
 from .routing import close_lines
 
 if TYPE_CHECKING:
-    from ..settings import AppSettings
+    from ..core.settings import AppSettings
 
 RETRIES = 3
 SENTINEL_RETRIES = 8  # ~5 s of reconnecting: a failover's election takes a few seconds

@@ -6,14 +6,14 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from .records import HandedOff
+from ..core.lifecycle import HandedOff
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from redis.asyncio import Redis
 
-    from .keys import QueueKeys
+    from ..core.keys import QueueKeys
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import orjson
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-    from .keys import QueueKeys
+    from ..core.keys import QueueKeys
 
 
 async def beat(redis: Redis, keys: QueueKeys, worker_id: str, info: bytes, *, ttl_ms: int) -> None:

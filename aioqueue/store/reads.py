@@ -12,8 +12,8 @@ import re
 import time
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from .keys import ChannelKeys, QueueKeys, TopicKeys, done_slot
-from .records import (
+from ..core.keys import ChannelKeys, QueueKeys, TopicKeys, channels_registry, done_slot
+from ..core.records import (
     HISTORY_CODES,
     Field,
     JobInfo,
@@ -295,3 +295,10 @@ async def topic_dead_entries(redis: Redis, keys: TopicKeys, limit: int) -> Strea
     """The newest ``limit`` dead letters of a topic, oldest first."""
     entries = await redis.xrevrange(keys.dead, count=limit)
     return list(reversed(cast("StreamEntries", entries)))
+
+
+async def channel_names(redis: Redis, prefix: str) -> list[str]:
+    """Every "<kind>:<name>" listed under ``prefix``: mailboxes sent to, groups joined,
+    topics with a subscriber group (``keys.channels_registry``), sorted."""
+    listed: set[bytes] = await redis.smembers(channels_registry(prefix))  # type: ignore[assignment]
+    return sorted(raw.decode("utf-8", "replace") for raw in listed)

@@ -12,12 +12,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
-from ..errors import NotReplicated
-from ..priorities import strict_plan
-from . import wire
-from .loader import Arg, Script
-from .payload import encode_error
-from .records import (
+from ..core.errors import NotReplicated
+from ..core.lifecycle import (
     CancelCode,
     Enqueued,
     Extended,
@@ -33,6 +29,10 @@ from .records import (
     TakeResult,
     TopicClaim,
 )
+from ..core.payload import encode_error
+from ..core.priorities import strict_plan
+from . import wire
+from .loader import Arg, Script
 from .routing import lines_for
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
     from redis.asyncio import Redis
 
-    from .keys import ChannelKeys, QueueKeys, TopicKeys
+    from ..core.keys import ChannelKeys, QueueKeys, TopicKeys
 
 _ENQUEUE = Script("enqueue")
 _TAKE = Script("take")

@@ -18,13 +18,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisClusterException, RedisError
 
-from ..errors import AioqueueError, describe
-from .channels import PING_AFTER, SILENCE_LIMIT, Subscriber
+from ..core.errors import AioqueueError, describe
+from .pubsub import PING_AFTER, SILENCE_LIMIT, PubSubConnection
 from .routing import is_cluster
 
 if TYPE_CHECKING:
@@ -53,12 +52,14 @@ def parse_ids(message: bytes) -> list[bytes]:
 class SettledListener:
     """One subscribed connection per App, shared by every waiting ``Job.result()``."""
 
-    def __init__(self, client: Callable[[], Awaitable[Redis]], wake_channel_prefix: str) -> None:
+    def __init__(self, client: Callable[[], Awaitable[Redis]], wake_channel: str) -> None:
         self._client = client
         self._waiters: dict[tuple[bytes, bytes], set[asyncio.Event]] = {}
         self._channels: dict[bytes, asyncio.Event] = {}  # channel -> its SUBSCRIBE confirmed
-        self._wake_channel = f"{wake_channel_prefix}:{secrets.token_hex(8)}".encode()
-        self._subscriber: Subscriber | None = None
+        self._wake_channel = (
+            wake_channel.encode()
+        )  # this listener's own (keys.listener_wake_channel)
+        self._subscriber: PubSubConnection | None = None
         self._restart = False  # end this round of listening and start another
         self._reader: asyncio.Task[None] | None = None
         self._closing = False
@@ -96,7 +97,7 @@ class SettledListener:
                 await self._send_subscribe(self._subscriber, [channel])
         await confirmed.wait()
 
-    async def _send_subscribe(self, subscriber: Subscriber, channels: list[bytes]) -> None:
+    async def _send_subscribe(self, subscriber: PubSubConnection, channels: list[bytes]) -> None:
         try:
             if not await subscriber.subscribe(channels):
                 self._restart = True  # a cluster node this round has no connection to
@@ -139,7 +140,7 @@ class SettledListener:
                 await asyncio.sleep(RETRY_PAUSE)
 
     async def _listen(self) -> None:
-        subscriber = self._subscriber = Subscriber(await self._client())
+        subscriber = self._subscriber = PubSubConnection(await self._client())
         self._restart = False
         try:
             sent = list(self._channels)

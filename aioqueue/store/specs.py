@@ -6,15 +6,15 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, cast
 
-from ..errors import describe
-from ..periodic import Periodic
+from ..core.errors import describe
+from ..core.periodic import Periodic
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from redis.asyncio import Redis
 
-    from .keys import QueueKeys
+    from ..core.keys import QueueKeys
 
 logger = logging.getLogger(__name__)
 

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING
 
 from redis.exceptions import ResponseError
 
-from .keys import validate_name
+from ..core.keys import validate_name
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-    from .keys import TopicKeys
+    from ..core.keys import TopicKeys
 
 DEAD_MAX = 10_000  # dead letters kept per topic (approximately)
 

@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 
     from redis.asyncio.connection import AbstractConnection
 
+    from ..core.lifecycle import NewJob
     from .loader import Script
-    from .records import NewJob
 
 
 def bulk(*args: bytes) -> bytes:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from ..store.records import MinuteCounts
+from ..core.records import MinuteCounts
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence

@@ -19,8 +19,8 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from .. import __version__
-from ..errors import ServerRefused, ServerUnavailable
+from ..core import __version__
+from ..core.errors import ServerRefused, ServerUnavailable
 from . import guard, views
 from .formatting import FILTERS, relative
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from starlette.requests import Request
 
     from ..app import App
-    from ..queue import Queue
+    from ..client.queue import Queue
     from .guard import Authorize
 
 HERE = Path(__file__).parent

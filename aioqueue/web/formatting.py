@@ -14,7 +14,7 @@ import orjson
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from ..store.records import JobInfo
+    from ..core.records import JobInfo
 
 PREVIEW_CHARS = 120
 

@@ -11,16 +11,16 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..limits import QueueLimits
+from ..core.limits import QueueLimits
 from .chart import Chart, merge, throughput
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from ..app import App
-    from ..periodic import Periodic
-    from ..queue import Queue
-    from ..store.records import JobInfo, MinuteCounts, QueueCounts
+    from ..client.queue import Queue
+    from ..core.periodic import Periodic
+    from ..core.records import JobInfo, MinuteCounts, QueueCounts
 
 State = Literal["ready", "scheduled", "active", "dead"]
 STATES: tuple[State, ...] = ("ready", "scheduled", "active", "dead")

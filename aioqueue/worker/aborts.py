@@ -4,9 +4,9 @@
 cancels the job's asyncio task as soon as the message arrives. A worker that misses the
 message (it was reconnecting) sees the mark at its next lease renewal instead.
 
-A dead subscribed connection (a half-open cut) is found by PING (``store/channels.py``) and
+A dead subscribed connection (a half-open cut) is found by PING (``store/pubsub.py``) and
 replaced: aborts come back to pub/sub speed within seconds, not never. On a Redis Cluster
-the channels are sharded (``channels.Subscriber``): each is heard on the node of its queue.
+the channels are sharded (``pubsub.PubSubConnection``): each is heard on the node of its queue.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisClusterException, RedisError
 
-from ..errors import describe
-from ..store.channels import Subscriber
+from ..core.errors import describe
+from ..store.pubsub import PubSubConnection
 from ..store.routing import is_cluster
 from .loops import RETRY_PAUSE, Component, wait_event
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from redis.asyncio import Redis
 
-    from ..store.keys import QueueKeys
+    from ..core.keys import QueueKeys
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class AbortListener(Component):
                 await wait_event(self.stopping, RETRY_PAUSE)
 
     async def _listen(self) -> None:
-        subscriber = Subscriber(self._redis)
+        subscriber = PubSubConnection(self._redis)
         try:
             wake = [] if subscriber.sharded else [self._wake_channel.encode()]  # see unblock()
             await subscriber.subscribe([*self._queue_of, *wake])

@@ -15,7 +15,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ..errors import LeaseLost, describe
+from ..core.errors import LeaseLost, describe
 from ..store import scripts
 from .loops import CLIENT_FAILURES, RETRY_PAUSE, Component
 
@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 
     from redis.asyncio import Redis
 
-    from ..store.keys import QueueKeys
-    from ..store.records import Settlement, Taken
+    from ..core.keys import QueueKeys
+    from ..core.lifecycle import Settlement, Taken
 
 logger = logging.getLogger(__name__)
 

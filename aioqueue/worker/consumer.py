@@ -15,10 +15,10 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, cast
 
-from ..errors import describe
-from ..priorities import planner
+from ..core.errors import describe
+from ..core.lifecycle import HELD_BY_CONCURRENCY
+from ..core.priorities import planner
 from ..store import reads, scripts
-from ..store.records import HELD_BY_CONCURRENCY
 from .loops import CLIENT_FAILURES, RETRY_PAUSE, Component, ring, wait_event, wait_first
 
 if TYPE_CHECKING:
@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 
     from redis.asyncio import Redis
 
-    from ..settings import WorkerSettings
-    from ..store.records import Promoted, Taken, TakeResult
+    from ..core.lifecycle import Promoted, Taken, TakeResult
+    from ..core.settings import WorkerSettings
     from .acks import AckBatcher
     from .inflight import InFlight
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from redis.exceptions import RedisError
 
-from ..errors import describe
+from ..core.errors import describe
 from ..store import heartbeats
 from ..store.heartbeats import mixed_task_sets, mixed_windows
 from ..store.server import warn_if_evicting
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from redis.asyncio import Redis
 
-    from ..store.keys import QueueKeys
+    from ..core.keys import QueueKeys
 
 logger = logging.getLogger(__name__)
 

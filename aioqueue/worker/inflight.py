@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
-from ..errors import HandlerTimeout, LeaseExpired
-from ..observers import JobEvent, notify
-from ..store.payload import encode_error
-from ..store.records import Settlement
+from ..core.errors import HandlerTimeout, LeaseExpired
+from ..core.lifecycle import Settlement
+from ..core.observers import JobEvent, notify
+from ..core.payload import encode_error
 from .deadlines import Deadlines
 from .loops import Component, wait_event
 from .runner import expired_hooks, failed, run_hooks, run_job
@@ -40,9 +40,9 @@ from .slots import Slots
 if TYPE_CHECKING:
     from collections.abc import Coroutine
 
-    from ..middleware import CallNext, JobContext
-    from ..store.records import Taken
-    from ..task import Task
+    from ..core.lifecycle import Taken
+    from ..core.middleware import CallNext, JobContext
+    from ..core.tasks import Handler
     from .acks import Batcher
     from .runner import RunEnv
 
@@ -71,7 +71,7 @@ class RunningJob:
     acks: Batcher  # where its Settlement goes
     deadlines: Deadlines
     handle: asyncio.Task[None] | None = None  # the asyncio task running it, once started
-    task: Task[..., Any] | None = None  # known once its payload is decoded
+    task: Handler[..., Any] | None = None  # known once its payload is decoded
     context: JobContext | None = None  # likewise
     timeout: float | None = None
     deadline: float | None = None  # event-loop time; None unless its handler runs timed

@@ -10,14 +10,14 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ..errors import describe
+from ..core.errors import describe
 from ..store import scripts
 from .loops import CLIENT_FAILURES, Component, wait_event
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Sequence
 
-    from ..store.records import Taken
+    from ..core.lifecycle import Taken
     from .acks import AckBatcher
 
 logger = logging.getLogger(__name__)

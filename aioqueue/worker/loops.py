@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
-from ..errors import describe
+from ..core.errors import describe
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Sequence

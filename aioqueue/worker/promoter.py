@@ -17,7 +17,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ..errors import describe
+from ..core.errors import describe
 from ..store import scripts
 from .loops import CLIENT_FAILURES, RETRY_PAUSE, Component, ring, wait_event
 
@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 
     from redis.asyncio import Redis
 
-    from ..store.keys import QueueKeys
-    from ..store.records import Promoted
+    from ..core.keys import QueueKeys
+    from ..core.lifecycle import Promoted
 
 logger = logging.getLogger(__name__)
 

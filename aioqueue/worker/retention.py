@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
-from ..errors import describe
+from ..core.errors import describe
 from ..store import scripts
 from .loops import Component, wait_event
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from redis.asyncio import Redis
 
-    from ..store.keys import QueueKeys
+    from ..core.keys import QueueKeys
 
 logger = logging.getLogger(__name__)
 

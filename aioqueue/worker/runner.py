@@ -22,18 +22,18 @@ from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 
-from ..errors import PayloadError, Retry, SerializationError, UnknownTask, describe
-from ..middleware import JobContext, Middleware, call_hooks, enter_job, wrap
-from ..observers import JobWatchers, notify
-from ..store.payload import Payload, decode_inputs, encode_error, encode_result
-from ..store.records import Settlement
+from ..core.errors import PayloadError, Retry, SerializationError, UnknownTask, describe
+from ..core.lifecycle import Settlement
+from ..core.middleware import JobContext, Middleware, call_hooks, enter_job, wrap
+from ..core.observers import JobWatchers, notify
+from ..core.payload import Payload, decode_inputs, encode_error, encode_result
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-    from ..middleware import CallNext
-    from ..store.records import Taken
-    from ..task import Task
+    from ..core.lifecycle import Taken
+    from ..core.middleware import CallNext
+    from ..core.tasks import Handler
     from .acks import Batcher
     from .inflight import RunningJob
 
@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 class RunEnv:
     """What every job of a worker runs with."""
 
-    find_task: Callable[[str], Task[..., Any] | None]
+    find_task: Callable[[str], Handler[..., Any] | None]
     middleware: Sequence[Middleware] = ()
     state: dict[str, Any] = field(default_factory=dict)
     watchers: JobWatchers = field(default_factory=JobWatchers)  # observers' job callbacks
@@ -101,7 +101,7 @@ async def run_job(job: RunningJob, env: RunEnv) -> Settlement:
     return await _ended(job, Settlement(taken.id, taken.lease, "complete", data), result)
 
 
-def _find(job: RunningJob, env: RunEnv) -> tuple[Payload, Task[..., Any]] | Settlement:
+def _find(job: RunningJob, env: RunEnv) -> tuple[Payload, Handler[..., Any]] | Settlement:
     """The job's payload and task, or how it ends without running: expired, or buried
     (an undecodable payload, a task this worker lacks)."""
     taken, payload = job.taken, None
@@ -119,7 +119,7 @@ def _find(job: RunningJob, env: RunEnv) -> tuple[Payload, Task[..., Any]] | Sett
 
 
 def _checked(
-    taken: Taken, task: Task[..., Any], payload: Payload | Settlement
+    taken: Taken, task: Handler[..., Any], payload: Payload | Settlement
 ) -> Payload | Settlement:
     """The payload, if the task can take its arguments; else the job is buried."""
     if isinstance(payload, Settlement):
@@ -132,7 +132,7 @@ def _checked(
 
 
 async def _with_inputs(
-    job: RunningJob, env: RunEnv, task: Task[..., Any], payload: Payload
+    job: RunningJob, env: RunEnv, task: Handler[..., Any], payload: Payload
 ) -> Payload | Settlement:
     """A workflow's parent: its children's outcomes become its first argument."""
     if env.read_inputs is None or payload.inputs is None:  # (no Redis: a test's runner)
@@ -164,7 +164,7 @@ async def _ended(job: RunningJob, settlement: Settlement, outcome: Any) -> Settl
 
 
 async def run_hooks(
-    task: Task[..., Any], context: JobContext, settlement: Settlement, outcome: Any
+    task: Handler[..., Any], context: JobContext, settlement: Settlement, outcome: Any
 ) -> Settlement:
     """Run the task's hooks for this outcome (cheap when it has none): on_success; or
     on_failure, then on_retry or on_dead. ``outcome`` is the result or the error."""
@@ -195,7 +195,7 @@ def _started(job: RunningJob, env: RunEnv, task: str) -> None:
 def _context(
     taken: Taken,
     queue: str,
-    task: Task[..., Any],
+    task: Handler[..., Any],
     env: RunEnv,
     headers: Mapping[str, str] | None = None,
     job: RunningJob | None = None,
@@ -234,14 +234,14 @@ async def expired_hooks(env: RunEnv, queue: str, job: Taken, error: BaseExceptio
     await run_hooks(task, _context(job, queue, task, env), settlement, error)
 
 
-def _handler_call(task: Task[..., Any], payload: Payload) -> CallNext:
+def _handler_call(task: Handler[..., Any], payload: Payload) -> CallNext:
     async def call() -> Any:
         return await _invoke(task, payload)
 
     return call
 
 
-async def _invoke(task: Task[..., Any], payload: Payload) -> Any:
+async def _invoke(task: Handler[..., Any], payload: Payload) -> Any:
     if task.is_async:
         return await task.fn(*payload.args, **payload.kwargs)
     call = functools.partial(_call_in_thread, task.fn, payload.args, payload.kwargs)
@@ -260,7 +260,7 @@ def _call_in_thread(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         raise _Escaped(exc) from exc
 
 
-def failed(taken: Taken, task: Task[..., Any], exc: BaseException) -> Settlement:
+def failed(taken: Taken, task: Handler[..., Any], exc: BaseException) -> Settlement:
     """A failed attempt: retried by the task's policy, or dead (failed) when it is over."""
     if isinstance(exc, _Escaped):
         exc = exc.original

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
-from ..errors import EnqueueError, describe
+from ..core.errors import EnqueueError, describe
+from ..core.payload import Payload
 from ..store import scripts, specs
-from ..store.payload import Payload
 from ..store.routing import server_time
 from .loops import RETRY_PAUSE, Component, wait_event
 
@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 
     from redis.asyncio import Redis
 
-    from ..periodic import Periodic
-    from ..store.keys import QueueKeys
+    from ..core.keys import QueueKeys
+    from ..core.periodic import Periodic
 
 logger = logging.getLogger(__name__)
 

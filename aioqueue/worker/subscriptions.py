@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from redis.exceptions import RedisError, ResponseError
 
-from ..errors import describe
+from ..core.errors import describe
+from ..core.lifecycle import Settlement, Taken
+from ..core.payload import encode_error
 from ..store import reads, scripts
-from ..store.payload import encode_error
-from ..store.records import Settlement, Taken
 from ..store.streams import DEAD_MAX, create_group
 from .acks import Batcher
 from .loops import RETRY_PAUSE, Component, wait_event
@@ -33,10 +33,9 @@ if TYPE_CHECKING:
 
     from redis.asyncio import Redis
 
-    from ..settings import WorkerSettings
-    from ..store.keys import TopicKeys
-    from ..task import TaskOptions
-    from ..topics import Subscriber
+    from ..core.keys import TopicKeys
+    from ..core.settings import WorkerSettings
+    from ..core.tasks import Subscriber, TaskOptions
     from .inflight import InFlight
 
 logger = logging.getLogger(__name__)

@@ -23,22 +23,21 @@ import os
 import secrets
 import signal
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from redis.exceptions import AuthenticationError, NoPermissionError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..errors import ServerRefused, ServerUnavailable, describe
-from ..observers import JobWatchers
-from ..settings import WORKER_DEFAULTS, WorkerSettings, mask_url
-from ..store import limits as stored_limits
-from ..store import reads
-from ..store.keys import QueueKeys, TopicKeys
+from ..core.errors import ServerRefused, ServerUnavailable, describe
+from ..core.keys import QueueKeys, TopicKeys
+from ..core.observers import JobWatchers
+from ..core.settings import WORKER_DEFAULTS, WorkerSettings, mask_url
+from ..store import reads, stored_limits
 from .aborts import AbortListener
 from .acks import AckBatcher
 from .consumer import QueueConsumer, StrictOrder
-from .handoff import HandOff
+from .delivery import HandOff
 from .heartbeat import Heartbeat
 from .inflight import InFlight
 from .leases import LeaseKeeper
@@ -57,15 +56,30 @@ if TYPE_CHECKING:
 
     from redis.asyncio import Redis
 
-    from ..app import App
-    from ..priorities import PriorityMode
-    from ..settings import QueueOrder
-    from ..topics import Subscriber
+    from ..core.priorities import PriorityMode
+    from ..core.registry import Registry
+    from ..core.settings import AppSettings, QueueOrder
+    from ..core.tasks import Subscriber
 
 logger = logging.getLogger(__name__)
 
 FIRST_CONTACT_PAUSE = 0.5  # seconds before trying an unreachable Redis again, doubling...
 MAX_CONTACT_PAUSE = 10.0  # ...up to this
+
+
+class WorkerHost(Protocol):
+    """What a Worker needs of its App: the registry, the settings and a client."""
+
+    @property
+    def registry(self) -> Registry: ...
+
+    @property
+    def settings(self) -> AppSettings: ...
+
+    @property
+    def redis_url(self) -> str | None: ...
+
+    async def internal_client(self) -> Redis: ...
 
 
 class Worker:
@@ -88,7 +102,7 @@ class Worker:
 
     def __init__(
         self,
-        app: App,
+        app: WorkerHost,
         *,
         queues: Sequence[str] | None = None,
         concurrency: int = WORKER_DEFAULTS.concurrency,
@@ -104,10 +118,11 @@ class Worker:
         loop_lag_warning: float = WORKER_DEFAULTS.loop_lag_warning,
         subscribers: bool = True,
     ) -> None:
-        self.app = app
+        self._host = app
+        self.registry = registry = app.registry
         self._serve_subscribers = subscribers
         self.settings = WorkerSettings(
-            queues=tuple(queues or app.queue_names()),
+            queues=tuple(queues or registry.queue_names()),
             concurrency=concurrency,
             lease=lease,
             grace=grace,
@@ -122,7 +137,9 @@ class Worker:
         )
         self.id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self.state: dict[str, Any] = {}  # shared resources from the app's startup hooks
-        self._inflight = InFlight(RunEnv(app.find_task, (), self.state), concurrency=concurrency)
+        self._inflight = InFlight(
+            RunEnv(registry.find_task, (), self.state), concurrency=concurrency
+        )
         self._burst_watch: asyncio.Task[None] | None = None
         self._consumers: list[QueueConsumer | TopicConsumer] = []
         self._order = StrictOrder() if self.settings.queue_order == "strict" else None
@@ -160,19 +177,19 @@ class Worker:
         if redis is None:  # asked to stop before Redis answered
             self._stopped = True
             return
-        for hook in self.app.startup_hooks:
+        registry, prefix = self.registry, self._host.settings.prefix
+        for hook in registry.startup_hooks:
             await hook(self.state)
-        app = self.app
         self._inflight.env = RunEnv(
-            app.find_task, tuple(app.middleware_stack), self.state, JobWatchers.of(app.observers),
-            functools.partial(reads.inputs, redis, app.settings.prefix),
+            registry.find_task, tuple(registry.middleware), self.state,
+            JobWatchers.of(registry.observers), functools.partial(reads.inputs, redis, prefix),
         )  # fmt: skip
-        queues = [QueueKeys.for_queue(app.settings.prefix, name) for name in self.settings.queues]
+        queues = [QueueKeys.for_queue(prefix, name) for name in self.settings.queues]
         for keys in queues:
             await self._apply_declared_limits(redis, keys)
             self._add_queue(redis, keys)
         if self._serve_subscribers:
-            for subscriber in app.subscribers.values():
+            for subscriber in registry.subscribers.values():
                 self._add_subscriber(redis, subscriber)
         self._background = self._background_components(redis, queues)
         settling = (self._inflight, *self._acks, *self._topic_acks)
@@ -195,14 +212,14 @@ class Worker:
         pause = FIRST_CONTACT_PAUSE
         while True:
             try:
-                return await self.app.internal_client()
+                return await self._host.internal_client()
             except (AuthenticationError, NoPermissionError, ServerRefused):
                 raise
             except (ServerUnavailable, RedisConnectionError, RedisTimeoutError, OSError) as exc:
                 cause = exc.__cause__ if isinstance(exc, ServerUnavailable) else exc
                 logger.warning(
                     "cannot reach Redis at %s: %s; trying again in %.1fs",
-                    mask_url(self.app.redis_url or ""), describe(cause or exc), pause,
+                    mask_url(self._host.redis_url or ""), describe(cause or exc), pause,
                 )  # fmt: skip
             if await wait_event(self._stop_requested, pause):
                 return None
@@ -211,7 +228,7 @@ class Worker:
     async def _apply_declared_limits(self, redis: Redis, keys: QueueKeys) -> None:
         """Write the limits a task of the queue declares, unless Redis has them already
         (writing them restarts the rate's window)."""
-        declared = self.app.declared_limits(keys.name)
+        declared = self.registry.declared_limits(keys.name)
         if declared is None:
             return
         if (await stored_limits.read(redis, keys)).to_fields() != declared.to_fields():
@@ -221,7 +238,7 @@ class Worker:
     def _add_queue(self, redis: Redis, keys: QueueKeys) -> None:
         """The components of one queue: its ack batcher, consumer, promoter and (unless
         bursting) periodic scheduler."""
-        settings, app_settings = self.settings, self.app.settings
+        settings, app_settings = self.settings, self._host.settings
         acks = AckBatcher(
             redis, keys, result_ttl_ms=app_settings.result_ttl_ms,
             kept_ms=app_settings.idempotency_ttl_ms, keep_payload=app_settings.keep_payload,
@@ -245,7 +262,7 @@ class Worker:
         self._intake += (consumer, promoter)
         if not settings.burst:
             periodic = PeriodicScheduler(
-                redis, keys, declared=self.app.declared_periodic(keys.name),
+                redis, keys, declared=self.registry.declared_periodic(keys.name),
                 max_payload_bytes=app_settings.max_payload_bytes,
                 span_ms=app_settings.idempotency_ttl_ms,
             )  # fmt: skip
@@ -254,7 +271,7 @@ class Worker:
 
     def _add_subscriber(self, redis: Redis, subscriber: Subscriber) -> None:
         """The components of one topic's subscriber group: its acks and its consumer."""
-        keys = TopicKeys.of(self.app.settings.prefix, subscriber.topic)
+        keys = TopicKeys.of(self._host.settings.prefix, subscriber.topic)
         acks = TopicAcks(
             redis, keys, subscriber.group, self.id, lease_ms=self.settings.lease_ms,
             options=subscriber.task.options,
@@ -265,7 +282,7 @@ class Worker:
         self._intake.append(consumer)
 
     def _background_components(self, redis: Redis, queues: list[QueueKeys]) -> list[Component]:
-        settings, app_settings = self.settings, self.app.settings
+        settings, app_settings = self.settings, self._host.settings
         inflight = self._inflight
         handoff = self._handoff = HandOff(
             redis, app_settings.prefix, queues, result_ttl_ms=app_settings.result_ttl_ms
@@ -290,7 +307,7 @@ class Worker:
             ),
             Heartbeat(
                 redis, queues, worker_id=self.id, concurrency=settings.concurrency,
-                running=inflight.running, tasks=self.app.tasks,
+                running=inflight.running, tasks=self.registry.tasks,
                 idempotency_ms=app_settings.idempotency_ttl_ms,
             ),
         ]  # fmt: skip
@@ -341,7 +358,7 @@ class Worker:
         await self._inflight.finish(grace=self.settings.grace, force=self._force)
         await stop_all([*self._acks, *self._topic_acks])
         await stop_all([self._inflight, *self._background])
-        for hook in reversed(self.app.shutdown_hooks):
+        for hook in reversed(self.registry.shutdown_hooks):
             try:
                 await hook(self.state)
             except Exception:

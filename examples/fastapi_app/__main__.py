@@ -18,7 +18,7 @@ import sys
 
 import uvicorn
 
-from aioqueue.store.embedded import EmbeddedServer
+from aioqueue.ops.embedded import EmbeddedServer
 
 from . import tasks
 

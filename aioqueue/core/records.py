@@ -1,0 +1,240 @@
+"""The job record and the values the scripts take and return, as typed Python values.
+
+Pure: no I/O and no Redis client, so the producer side and the worker's runner use these
+types without importing the Redis layer; ``scripts`` turns redis-py's replies into them.
+
+Job record fields (``job:<id>`` HASH; short, because every queued job carries them):
+  p  payload (JSON)      s  state (JobStatus)    n  attempts (absent: 0)  m  max attempts
+  pr priority (0..9)     w  lease owner (token)  et enqueued at (ms)   st started at (ms)
+  ft finished at (ms)    r  result (JSON)        e  error (JSON)       raw foreign bytes
+  ab abort requested (1)  qt made ready at (ms; absent: et)  pg progress (JSON)
+Linked jobs only (lua/include/links.lua): g group; du due (ms) once its turn comes; pa
+  its parents' ids; pi its index among their children; and a parent's pd children
+  pending, pt children in all, ok/ko children complete/failed, pk policy (f|i), pv keeps
+  its children's results (1), pu not sealed yet (1); k (1) on every linked job: ack.lua
+  reads these fields only then.
+Times are epoch milliseconds by the Redis clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from .errors import PayloadError
+from .payload import Payload
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+
+class Field:
+    """Names of the job record's fields (the Lua scripts spell them the same way)."""
+
+    PAYLOAD = b"p"
+    STATE = b"s"
+    ATTEMPTS = b"n"
+    MAX_ATTEMPTS = b"m"
+    PRIORITY = b"pr"
+    OWNER = b"w"
+    ENQUEUED_AT = b"et"
+    STARTED_AT = b"st"
+    FINISHED_AT = b"ft"
+    RESULT = b"r"
+    ERROR = b"e"
+    RAW = b"raw"
+    ABORT = b"ab"
+    READY_AT = b"qt"
+    PROGRESS = b"pg"
+    GROUP = b"g"
+    PARENTS = b"pa"
+    PARENT_QUEUE = b"pq"
+    CHILDREN = b"pt"
+    CHILDREN_PENDING = b"pd"
+    CHILDREN_COMPLETE = b"ok"
+    CHILDREN_FAILED = b"ko"
+    UNSEALED = b"pu"
+
+
+class JobStatus(StrEnum):
+    """Where a job is in its life."""
+
+    WAITING = "waiting"  # behind its group, or for its children (a workflow's parent)
+    QUEUED = "queued"
+    SCHEDULED = "scheduled"
+    ACTIVE = "active"
+    COMPLETE = "complete"
+    FAILED = "failed"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"  # not started within its ``expires``: it never ran
+
+    @property
+    def finished(self) -> bool:
+        return self in _FINISHED
+
+
+_FINISHED = frozenset(
+    {JobStatus.COMPLETE, JobStatus.FAILED, JobStatus.DEAD, JobStatus.CANCELLED, JobStatus.EXPIRED}
+)
+
+
+# -- reading records back ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    """The error a job's last failed attempt recorded."""
+
+    type: str
+    message: str
+    traceback: str
+
+    @classmethod
+    def decode(cls, raw: bytes) -> ErrorInfo:
+        try:
+            body = orjson.loads(raw)
+            return cls(str(body["type"]), str(body["message"]), str(body.get("traceback", "")))
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return cls("Unknown", raw.decode("utf-8", "replace"), "")
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """A snapshot of one job record, for inspection (status pages, the dead-letter CLI)."""
+
+    id: str
+    queue: str
+    status: JobStatus
+    task: str | None
+    args: Sequence[Any]
+    kwargs: Mapping[str, Any]
+    attempts: int
+    max_attempts: int
+    priority: int
+    enqueued_at_ms: int | None
+    started_at_ms: int | None
+    finished_at_ms: int | None
+    error: ErrorInfo | None
+    raw: bytes | None  # the undecodable bytes, for poison entries and bad payloads
+    result_raw: bytes | None
+    progress_raw: bytes | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    group: str | None = None  # ``.options(group=...)``
+    parents: str | None = None  # a workflow's child: its parents' ids (space-separated)
+    parent_queue: str | None = None  # their queue, if not the job's own
+    children: ChildCounts | None = None  # a workflow's parent (or a batch)
+
+    @classmethod
+    def from_record(cls, job_id: str, queue: str, record: Mapping[bytes, bytes]) -> JobInfo:
+        raw_payload = record.get(Field.PAYLOAD)  # a complete record may have dropped it
+        try:
+            payload = None if raw_payload is None else Payload.decode(raw_payload)
+        except PayloadError:
+            payload = None
+        error = record.get(Field.ERROR)
+        return cls(
+            id=job_id,
+            queue=queue,
+            status=JobStatus(record[Field.STATE].decode()),
+            task=payload.task if payload else None,
+            args=payload.args if payload else (),
+            kwargs=payload.kwargs if payload else {},
+            attempts=_int(record.get(Field.ATTEMPTS)) or 0,
+            max_attempts=_int(record.get(Field.MAX_ATTEMPTS)) or 0,
+            priority=_int(record.get(Field.PRIORITY)) or 0,
+            enqueued_at_ms=_int(record.get(Field.ENQUEUED_AT)),
+            started_at_ms=_int(record.get(Field.STARTED_AT)),
+            finished_at_ms=_int(record.get(Field.FINISHED_AT)),
+            error=ErrorInfo.decode(error) if error else None,
+            raw=record.get(Field.RAW) or (raw_payload if payload is None else None),
+            result_raw=record.get(Field.RESULT),
+            progress_raw=record.get(Field.PROGRESS),
+            headers=payload.headers if payload else {},
+            group=_text(record.get(Field.GROUP)),
+            parents=_text(record.get(Field.PARENTS)),
+            parent_queue=_text(record.get(Field.PARENT_QUEUE)),
+            children=ChildCounts.from_record(record),
+        )
+
+    def result(self) -> Any:
+        """The decoded return value of a complete job (None before it completes)."""
+        return orjson.loads(self.result_raw) if self.result_raw is not None else None
+
+    @property
+    def progress(self) -> Any:
+        """What the job last reported with ``current_job().set_progress()`` (or None)."""
+        return orjson.loads(self.progress_raw) if self.progress_raw is not None else None
+
+
+def _int(raw: bytes | None) -> int | None:
+    return int(float(raw)) if raw else None
+
+
+def _text(raw: bytes | None) -> str | None:
+    return None if raw is None else raw.decode("utf-8", "replace")
+
+
+@dataclass(frozen=True, slots=True)
+class ChildCounts:
+    """A workflow parent's children: how many in all, pending, complete and failed."""
+
+    total: int
+    pending: int
+    complete: int
+    failed: int
+
+    @classmethod
+    def from_record(cls, record: Mapping[bytes, bytes]) -> ChildCounts | None:
+        if Field.CHILDREN not in record:
+            return None
+        fields = (Field.CHILDREN, Field.CHILDREN_PENDING, Field.CHILDREN_COMPLETE)
+        counts = [_int(record.get(name)) or 0 for name in (*fields, Field.CHILDREN_FAILED)]
+        return cls(*counts)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledJob:
+    """A delayed job: its id and when it is due."""
+
+    id: str
+    due_ms: int  # epoch ms, Redis clock
+
+
+@dataclass(frozen=True, slots=True)
+class MinuteCounts:
+    """How many attempts of a queue ended in each outcome during one minute."""
+
+    minute_ms: int  # start of the minute, epoch ms (Redis clock)
+    complete: int = 0
+    retried: int = 0  # failed, and retried
+    failed: int = 0  # failed for good, not dead-lettered
+    dead: int = 0  # failed for good (or bad input), dead-lettered
+    cancelled: int = 0  # aborted while running
+
+    @property
+    def failures(self) -> int:
+        """Attempts that failed, whatever came next."""
+        return self.retried + self.failed + self.dead
+
+
+HISTORY_CODES = {b"c": "complete", b"r": "retried", b"f": "failed", b"d": "dead", b"x": "cancelled"}
+"""The field codes of the history hashes (lua/include/history.lua)."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCounts:
+    """How many jobs of a queue are in each place."""
+
+    ready: int
+    scheduled: int
+    active: int
+    dead: int
+    # ready-list entries per priority level (levels with none left out); these include
+    # the entries of cancelled jobs that take has yet to skip, which ``ready`` does not
+    ready_by_priority: Mapping[int, int] = field(default_factory=dict, compare=False)
+    paused: bool = False  # workers take nothing from it (``queue.pause()``)
+    waiting: int = 0  # behind their group, or for their children (groups, workflows)

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import ConfigError, InvalidArguments
-from ..core.keys import GENERATED_ID_ALPHABET
+from ..core.ids import GENERATED_ID_ALPHABET
 from ..core.lifecycle import NewJob
 from ..core.payload import encode_payload
 from ..core.priorities import DEFAULT_PRIORITY, resolve_priority

@@ -12,7 +12,8 @@ import re
 import time
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from ..core.keys import ChannelKeys, QueueKeys, TopicKeys, channels_registry, done_slot
+from ..core.ids import done_slot
+from ..core.keys import ChannelKeys, QueueKeys, TopicKeys, channels_registry
 from ..core.records import (
     HISTORY_CODES,
     Field,

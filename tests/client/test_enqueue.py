@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 
 import aioqueue
 from aioqueue.client.enqueue import new_job_id
-from aioqueue.core.keys import GENERATED_ID_ALPHABET
+from aioqueue.core.ids import GENERATED_ID_ALPHABET
 from tests.helpers import counts, drain, run_until_idle, wait_until
 
 QUEUED, SCHEDULED = aioqueue.JobStatus.QUEUED, aioqueue.JobStatus.SCHEDULED

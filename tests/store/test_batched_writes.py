@@ -11,7 +11,8 @@ from redis.asyncio import Redis
 
 from aioqueue.core import lifecycle
 from aioqueue.core.errors import PayloadError
-from aioqueue.core.keys import QueueKeys, done_slot
+from aioqueue.core.ids import done_slot
+from aioqueue.core.keys import QueueKeys
 from aioqueue.core.lifecycle import NewJob
 from aioqueue.core.payload import Payload, encode_payload
 from aioqueue.store import scripts

@@ -14,7 +14,8 @@ from redis.asyncio import Redis
 
 from aioqueue.client.enqueue import new_job_id
 from aioqueue.core import lifecycle
-from aioqueue.core.keys import QueueKeys, done_slot
+from aioqueue.core.ids import done_slot
+from aioqueue.core.keys import QueueKeys
 from aioqueue.store import scripts
 from tests.store.script_helpers import lease, put, redis_now_ms, settle
 

@@ -20,7 +20,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 import aioqueue
 from aioqueue.client.enqueue import new_job_id
 from aioqueue.core import lifecycle
-from aioqueue.core.keys import QueueKeys, done_slot
+from aioqueue.core.ids import done_slot
+from aioqueue.core.keys import QueueKeys
 from aioqueue.store import scripts
 from aioqueue.worker.consumer import QueueConsumer
 from tests.helpers import drain, redis_ms, wait_until

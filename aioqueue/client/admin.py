@@ -5,7 +5,7 @@ one class whose reads and admin calls live here, apart from the hot path. Each c
 script (``store.scripts``) or one typed read (``store.reads``, ``store.heartbeats``,
 ``store.specs``, ``store.server``); a Redis failure reaches the caller as an aioqueue
 error naming the server (``_clear_errors``). The dashboard (``web/``) and the command
-line (``ops/``) reach Redis through these methods only.
+line (``ops/``) see a queue through these methods only, never ``store/`` itself.
 """
 
 from __future__ import annotations

@@ -29,7 +29,8 @@ from redis.crc import key_slot
 
 import aioqueue
 from aioqueue.core.keys import QueueKeys
-from aioqueue.ops.embedded import EmbeddedCluster, EmbeddedServer
+from aioqueue.ops.embedded import EmbeddedServer
+from aioqueue.ops.embedded_cluster import EmbeddedCluster
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,8 +8,9 @@ reader that crashes between reading and acknowledging reads the same messages ag
 
 Each mailbox and each group lives in one Redis Cluster slot, and every change is one Lua
 script (``store/lua/channel_*.lua``); a read is a plain ZSCORE and XRANGE. A fetch that
-waits for messages is woken by the post's announcement on the channel's pub/sub channel
-(the App's one subscription, as ``Job.result()`` uses), so every waiting member wakes.
+waits for messages is woken by the post's announcement (published on the pub/sub
+channel ``keys.posted_channel``, heard by the App's one subscription, the one
+``Job.result()`` uses: ``store/settled.py``), so every waiting member wakes.
 A member's list of groups lives in the member's own slot: ``app.unread(member)`` reads it,
 then every group's count at once (two round trips). Joining writes it after the group
 (another slot, so another call): if that second write fails, the member is in the group
@@ -19,6 +20,9 @@ repairs the list).
 Memory is bounded: each log keeps at most ``max_messages`` (default 100,000); beyond that
 the oldest are trimmed, even if a reader had not read them yet (a laggard then skips
 them), and counted in ``info().dropped``.
+
+"Channel", here and in ``app.channels()`` and ``ChannelInfo``, means a mailbox or a group
+(``core.keys.ChannelKeys``); Redis pub/sub is ``store/pubsub.py``'s.
 """
 
 from __future__ import annotations

@@ -1,8 +1,13 @@
-"""Queue: the producer and admin API of one queue, a thin layer over the Redis layer.
+"""Queue: one named queue. This module is its write path, the hot one: ``EnqueueCall``
+and the enqueues; ``QueueAdmin`` (``client/admin.py``), its base class, holds the reads
+and the admin calls, so that ``aioqueue.Queue`` is one class in two modules.
 
-Enqueues are checked and encoded here (``enqueue.prepare``) and coalesced per round trip
-(``store.batching``); everything else is one call of a script (``store.scripts``) or a
-typed read (``store.reads``, ``store.heartbeats``, ``store.specs``).
+An enqueue is checked and encoded here (``enqueue.prepare``: bad input raises, nothing is
+written), shown to the observers (only when there are some), then written: plain jobs
+through the queue's ``EnqueueBatcher`` (``store.batching``: concurrent enqueues share one
+script call per round trip), a debounced call by ``debounce.lua``, jobs of a group and of
+workflows (``client/workflows.py``) by ``enqueue_linked.lua``. A Redis failure raises an
+aioqueue error that says whether the jobs may have landed (``_failure``).
 """
 
 from __future__ import annotations
@@ -10,87 +15,32 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    Concatenate,
-    Generic,
-    ParamSpec,
-    Protocol,
-    TypeVar,
-    overload,
-)
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
-import orjson
 from redis.exceptions import RedisError
 
 from ..core.errors import ConfigError
-from ..core.keys import QueueKeys
 from ..core.lifecycle import LinkedJob
-from ..core.limits import QueueLimits, make_limits
-from ..store import heartbeats, reads, scripts, specs, stored_limits
+from ..store import scripts
 from ..store.batching import EnqueueBatcher
 from ..store.connection import failure
 from . import enqueue
+from .admin import QueueAdmin
 from .enqueue import NO_OPTIONS, JobOptions
 from .job import Job
 
 if TYPE_CHECKING:
-    import asyncio
     from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping, Sequence
-    from contextlib import AbstractAsyncContextManager
     from datetime import datetime, timedelta
 
-    from redis.asyncio import Redis
-
     from ..core.lifecycle import Enqueued, NewJob
-    from ..core.periodic import Periodic
-    from ..core.records import JobInfo, JobStatus, MinuteCounts, QueueCounts, ScheduledJob
-    from ..core.registry import Registry
-    from ..core.settings import AppSettings
     from ..core.tasks import Handler
-    from ..store.reads import ListedState
-    from ..store.settled import SettledListener
+    from .admin import QueueHost
 
 logger = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-class QueueHost(Protocol):
-    """What a Queue needs from its App."""
-
-    @property
-    def settings(self) -> AppSettings: ...
-
-    @property
-    def redis_url(self) -> str | None: ...
-
-    async def client(self) -> Redis: ...
-
-    async def internal_client(self) -> Redis: ...
-
-    def settled_listener(self) -> SettledListener: ...
-
-    @property
-    def registry(self) -> Registry: ...
-
-
-def _clear_errors(
-    method: Callable[Concatenate[Queue, P], Coroutine[Any, Any, R]],
-) -> Callable[Concatenate[Queue, P], Coroutine[Any, Any, R]]:
-    """A Redis failure of a queue's read or admin call raised as an aioqueue error that
-    names the server and the cause (ServerUnavailable, AuthenticationFailed, ...)."""
-
-    @functools.wraps(method)
-    async def call(self: Queue, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return await method(self, *args, **kwargs)
-        except RedisError as exc:
-            raise failure(exc, self._host.redis_url or "") or exc from exc
-
-    return call
 
 
 class EnqueueCall(Generic[R]):
@@ -160,13 +110,12 @@ class EnqueueCall(Generic[R]):
         return self._queue._submit(self._task, self._args, self._kwargs, self._options).__await__()
 
 
-class Queue:
-    """One named queue: enqueue jobs, look them up, cancel them, manage its dead letters."""
+class Queue(QueueAdmin):
+    """One named queue: enqueue jobs; look them up, cancel them, pause the queue, limit
+    it, manage its dead letters (``QueueAdmin``)."""
 
     def __init__(self, host: QueueHost, name: str) -> None:
-        self._host = host
-        self.name = name
-        self.keys = QueueKeys.for_queue(host.settings.prefix, name)
+        super().__init__(host, name)
         span_ms = host.settings.idempotency_ttl_ms
         self._batcher = EnqueueBatcher(
             host.internal_client, self.keys, span_ms=span_ms,
@@ -309,215 +258,3 @@ class Queue:
             max_payload_bytes=self._host.settings.max_payload_bytes,
             replicas=self._host.settings.replicas,
         )  # fmt: skip
-
-    # -- one job -----------------------------------------------------------------------
-
-    @_clear_errors
-    async def info(self, job_id: str) -> JobInfo | None:
-        """The job's record, or None if there is none (never enqueued, or expired)."""
-        redis, span_ms = await self._host.client(), self._host.settings.idempotency_ttl_ms
-        return await reads.job_info(redis, self.keys, job_id, span_ms=span_ms)
-
-    @_clear_errors
-    async def status(self, job_id: str) -> JobStatus | None:
-        """The job's status, or None if there is no record (one small read)."""
-        redis, span_ms = await self._host.client(), self._host.settings.idempotency_ttl_ms
-        return await reads.job_status(redis, self.keys, job_id, span_ms=span_ms)
-
-    @_clear_errors
-    async def progress(self, job_id: str) -> Any:
-        """What the job last reported with ``current_job().set_progress()`` (or None)."""
-        raw = await reads.progress(await self._host.client(), self.keys, job_id)
-        return None if raw is None else orjson.loads(raw)
-
-    def settled(self, job_id: str) -> AbstractAsyncContextManager[asyncio.Event]:
-        """An event set whenever the job may have finished (see ``Job.result``)."""
-        return self._host.settled_listener().waiting(self.keys.settled_channel, job_id)
-
-    @_clear_errors
-    async def cancel(self, job_id: str) -> bool:
-        """Cancel a job: a queued or scheduled one never runs; a running one is aborted
-        (its asyncio task is cancelled on whichever worker runs it, and it ends as
-        cancelled, not retried). True if the job was cancelled or its abort requested;
-        False if it had finished already (or does not exist)."""
-        outcome, _ = await scripts.cancel(
-            await self._host.client(),
-            self.keys,
-            job_id,
-            result_ttl_ms=self._host.settings.result_ttl_ms,
-        )
-        return outcome in ("cancelled", "aborting")
-
-    @_clear_errors
-    async def reschedule(
-        self, job_id: str, *, delay: float | timedelta | None = None, at: datetime | None = None
-    ) -> bool:
-        """Move a scheduled job to a new time (O(log n)); False if it is not scheduled."""
-        when = JobOptions(delay=delay, at=at)
-        outcome, _ = await scripts.reschedule(
-            await self._host.client(), self.keys, job_id,
-            delay_ms=when.delay_ms(), due_ms=when.due_ms(),
-        )  # fmt: skip
-        return outcome == "rescheduled"
-
-    # -- the queue as a whole -----------------------------------------------------------
-
-    @_clear_errors
-    async def scheduled(self, *, limit: int = 100, offset: int = 0) -> list[ScheduledJob]:
-        """Scheduled jobs in due order (O(log n + limit), no scan of the schedule)."""
-        redis = await self._host.client()
-        return await reads.scheduled(redis, self.keys, limit=limit, offset=offset)
-
-    @_clear_errors
-    async def jobs(
-        self, state: ListedState = "ready", *, limit: int = 100, offset: int = 0
-    ) -> list[JobInfo]:
-        """A page of the jobs that are ``ready`` (in the order they will run: highest
-        priority first), ``scheduled`` (by due time), ``active`` (by lease deadline) or
-        ``dead`` (oldest first), with their records. A few round trips, no scan."""
-        if limit < 0 or offset < 0:
-            raise ConfigError("limit and offset must not be negative")
-        redis = await self._host.client()
-        return await reads.jobs(redis, self.keys, state, limit=limit, offset=offset)
-
-    @_clear_errors
-    async def history(self, *, minutes: int = 60) -> list[MinuteCounts]:
-        """How many attempts ended in each outcome, per minute, for the last ``minutes``
-        (kept for ``App(history=...)`` seconds, a day by default), oldest first."""
-        if minutes < 1:
-            raise ConfigError("minutes must be at least 1")
-        return await reads.history(await self._host.client(), self.keys, minutes=minutes)
-
-    @_clear_errors
-    async def pause(self) -> bool:
-        """Stop every worker taking jobs of this queue (the state lives in Redis, so all
-        obey it, and workers started later too). Running jobs finish; enqueues go on
-        and wait; delayed jobs still fall due (into ready). False if it was paused."""
-        return bool(await (await self._host.client()).set(self.keys.paused, 1, nx=True))
-
-    @_clear_errors
-    async def resume(self) -> bool:
-        """End a pause: workers take again at once. False if it was not paused."""
-        return await scripts.resume(await self._host.client(), self.keys)
-
-    @_clear_errors
-    async def paused(self) -> bool:
-        """Whether the queue is paused."""
-        return bool(await (await self._host.client()).exists(self.keys.paused))
-
-    @_clear_errors
-    async def set_limits(
-        self, *, rate: str | None = None, burst: int = 1, concurrency: int | None = None
-    ) -> QueueLimits:
-        """Limit this queue across every worker (the limits live in Redis; workers obey
-        them at their next take): at most ``concurrency`` of its jobs running at once (a
-        dead worker's count until their leases expire), and starts no faster than
-        ``rate`` (``"100/s"``, ``"20/m"``, ``"500/h"``, ``"5/10s"``), ``burst`` at once
-        after a quiet spell. Jobs held back wait in ready, in order; none is dropped or
-        retried for it. Replaces the queue's limits; no arguments lifts them all. Workers
-        held back by the old limits see the new ones within a second."""
-        limits = make_limits(rate=rate, burst=burst, concurrency=concurrency)
-        await stored_limits.write(await self._host.client(), self.keys, limits)
-        return limits
-
-    @_clear_errors
-    async def limits(self) -> QueueLimits:
-        """The queue's limits (``set_limits``); fields are None where there is none."""
-        return await stored_limits.read(await self._host.client(), self.keys)
-
-    @_clear_errors
-    async def counts(self) -> QueueCounts:
-        """How many jobs are ready, scheduled, active and dead, and whether the queue is
-        paused (one round trip)."""
-        return await reads.counts(await self._host.client(), self.keys)
-
-    @_clear_errors
-    async def workers(self) -> list[dict[str, Any]]:
-        """Workers serving this queue whose heartbeat is fresh (id, host, pid, queues,
-        concurrency, running, started_at, beat_at); expired ids are pruned."""
-        return await heartbeats.live_workers(await self._host.client(), self.keys)
-
-    @_clear_errors
-    async def reconcile(self, *, batch: int = 500) -> int:
-        """Put back jobs whose entry vanished while their record stayed (a server that
-        evicted keys: see ``aioqueue check``): a queued job missing from its ready list is
-        made ready again, and so on. Scans every job record of the queue, and each queued
-        one's ready list (LPOS: O(backlog) per queued job): run it after an eviction, not
-        routinely. Returns how many were repaired; concurrent runs do no harm."""
-        redis = await self._host.client()
-        repaired = 0
-        async for ids in reads.job_ids(redis, self.keys, batch=batch):
-            repaired += await scripts.reconcile(redis, self.keys, ids)
-        return repaired
-
-    # -- periodic jobs -----------------------------------------------------------------
-
-    @_clear_errors
-    async def periodic_specs(self) -> list[Periodic]:
-        """The periodic jobs of this queue, as the workers see them."""
-        return await specs.load(await self._host.client(), self.keys)
-
-    @_clear_errors
-    async def add_periodic(self, spec: Periodic) -> None:
-        """Store a periodic spec and wake a scheduler to look at it."""
-        await specs.add(await self._host.client(), self.keys, spec)
-
-    @_clear_errors
-    async def remove_periodic(self, name: str) -> bool:
-        """Remove a periodic spec; True if there was one."""
-        return await specs.remove(await self._host.client(), self.keys, name)
-
-    # -- dead letters ----------------------------------------------------------------
-
-    @_clear_errors
-    async def dead_jobs(self, *, limit: int = 100, offset: int = 0) -> list[JobInfo]:
-        """Dead jobs, oldest first, with their errors and raw bytes."""
-        redis = await self._host.client()
-        return await reads.dead_jobs(redis, self.keys, limit=limit, offset=offset)
-
-    @_clear_errors
-    async def requeue_dead(
-        self,
-        job_ids: Sequence[str] = (),
-        *,
-        task: str | None = None,
-        error_type: str | None = None,
-        limit: int = 1000,
-    ) -> int:
-        """Requeue dead jobs: these ids, or the oldest ``limit`` (those of ``task`` and/or
-        with ``error_type`` only, if given). Returns how many were requeued."""
-        ids = await self._select_dead(job_ids, task, error_type, limit)
-        if ids is None:
-            return 0  # a filter matched nothing
-        result = await scripts.requeue(await self._host.client(), self.keys, ids, limit=limit)
-        return result.requeued
-
-    @_clear_errors
-    async def purge_dead(
-        self,
-        job_ids: Sequence[str] = (),
-        *,
-        task: str | None = None,
-        error_type: str | None = None,
-        limit: int = 1000,
-    ) -> int:
-        """Delete dead jobs, chosen as for ``requeue_dead``. Returns how many."""
-        ids = await self._select_dead(job_ids, task, error_type, limit)
-        if ids is None:
-            return 0  # a filter matched nothing
-        return await scripts.purge(await self._host.client(), self.keys, ids, limit=limit)
-
-    async def _select_dead(
-        self, job_ids: Sequence[str], task: str | None, error_type: str | None, limit: int
-    ) -> Sequence[str] | None:
-        """The ids to act on: () means "the oldest ``limit``" (the script picks them);
-        None means a filter matched nothing."""
-        if job_ids or (task is None and error_type is None):
-            return tuple(job_ids)
-        matching = [
-            info.id
-            for info in await self.dead_jobs(limit=limit)
-            if (task is None or info.task == task)
-            and (error_type is None or (info.error is not None and info.error.type == error_type))
-        ]
-        return matching or None

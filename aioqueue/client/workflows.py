@@ -2,11 +2,12 @@
 
 A ``Flow`` is a parent job and the children it waits for (each child a job, or a flow of
 its own: a tree). The whole tree is written at once, parents first, by
-``enqueue_linked.lua``; from then on the scripts that settle jobs keep the counts
-(``lua/include/links.lua``): a child that finishes for good counts in its parent once
-(a re-run never counts twice), and the parent runs when none is pending, with its
-children's outcomes as its first argument. Nothing polls, and every count moves in the
-same atomic step as the settlement it follows: a worker killed mid-workflow loses nothing.
+``enqueue_linked.lua`` (``client/trees.py``); from then on the scripts that settle jobs
+keep the counts (``store/lua/include/links.lua``): a child that finishes for good counts
+in its parent once (a re-run never counts twice), and the parent runs when none is
+pending, with its children's outcomes as its first argument. Nothing polls, and every
+count moves in the same atomic step as the settlement it follows: a worker killed
+mid-workflow loses nothing.
 
 ``chain(a, b, c)``: b runs with a's result, c with b's. ``chord(jobs, callback)``: the
 callback runs with every job's result, in order. ``Batch``: jobs whose callbacks run once
@@ -14,13 +15,12 @@ all have settled, with their counts.
 
 A workflow may span queues: a parent's counts live in its own queue's slot, updated
 atomically with each settlement there; a child on another queue hands its outcome off
-(``worker/handoff.py``), so no script ever touches two Cluster slots.
+(``worker/delivery.py``: ``HandOff``), so no script ever touches two Cluster slots.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
@@ -28,19 +28,20 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from redis.exceptions import RedisError
 
 from ..core.errors import ConfigError, JobNotFound
-from ..core.lifecycle import LinkedJob, NewJob
 from ..core.records import JobStatus
 from ..store import reads
 from ..store.connection import failure
 from .enqueue import NO_OPTIONS, new_job_id
 from .job import Job
 from .queue import EnqueueCall
+from .trees import JobTree
 
 if TYPE_CHECKING:
     from collections.abc import Generator, Sequence
     from types import TracebackType
 
     from .queue import Queue
+    from .trees import Parent
 
 R = TypeVar("R")
 
@@ -180,125 +181,7 @@ async def flow_status(queue: Queue, job_id: str) -> FlowStatus:
     return FlowStatus(JobStatus(state.decode()), *counts)
 
 
-# -- writing a tree ----------------------------------------------------------------------
-
-
-class _Tree:
-    """The jobs of one workflow, parents before children, as enqueue_linked.lua takes them.
-
-    Ids below the root are the root's with the path appended (``<root>/2/1``), so writing
-    the same tree again under its root's id (a retry after an unconfirmed write) writes
-    the same jobs, which are skipped where they exist: the write is idempotent across
-    queues too."""
-
-    def __init__(self) -> None:
-        self.jobs: list[tuple[Queue, LinkedJob]] = []
-        self._seen: set[int] = set()
-
-    def add_call(
-        self,
-        call: EnqueueCall[Any],
-        job_id: str | None,
-        *,
-        parent: tuple[Queue, str, int] | None = None,
-        spec: str = "",
-        inputs: str | None = None,
-        remote_children: int = 0,
-        stack: contextlib.ExitStack | None = None,
-    ) -> NewJob:
-        """Check and encode one job of the tree (raising, writing nothing, on bad input).
-        ``parent``: its parent's queue, id and its index there; ``spec``: if it is a
-        parent, its policy and whether it keeps its children's results."""
-        if id(call) in self._seen:
-            raise ConfigError("a workflow is a tree: the same call appears in it twice")
-        self._seen.add(id(call))
-        queue, options = call._queue, call._options
-        if options.debounce is not None:
-            raise ConfigError("a workflow's job cannot be debounced")
-        if options.id is not None and self.jobs:
-            raise ConfigError("only a workflow's root may have an id (the others are generated)")
-        if options.group is not None and spec:
-            raise ConfigError("a workflow's parent cannot have a group (its children can)")
-        if job_id is not None:
-            options = dataclasses.replace(options, id=job_id)
-        elif options.id is not None and any(char.isspace() for char in options.id):
-            raise ConfigError(f"a workflow's root id has no whitespace: {options.id!r}")
-        headers = None if stack is None else queue._observe(stack, call._task)
-        new = queue._prepare(call._task, call._args, call._kwargs, options, headers, inputs)
-        parent_queue, parent_id, index = parent or (queue, "", 0)
-        linked = LinkedJob(
-            new, options.group or "", parent_id, index, spec,
-            "" if parent_queue is queue else parent_queue.name, remote_children,
-        )  # fmt: skip
-        self.jobs.append((queue, linked))
-        return new
-
-    def add_barrier(self, queue: Queue, job_id: str, *, parents: str) -> None:
-        """A parent with no task (a batch): it completes once its children have settled."""
-        index = 1 if parents else 0
-        self.jobs.append((queue, LinkedJob(NewJob(job_id, b"", 0), "", parents, index, "i0")))
-
-    def add_flow(self, root: Flow[Any], stack: contextlib.ExitStack | None) -> str:
-        """Every job of the flow ``root``, breadth first; the root's id."""
-        root_id = ""
-        pending: deque[tuple[Flow[Any] | EnqueueCall[Any], tuple[Queue, str, int] | None]]
-        pending = deque([(root, None)])
-        while pending:
-            node, parent = pending.popleft()
-            job_id = None if parent is None else f"{parent[1]}/{parent[2]}"
-            if isinstance(node, Flow):
-                queue = node.call._queue
-                remote = sum(_queue_of(child) is not queue for child in node.children)
-                new = self.add_call(
-                    node.call, job_id, parent=parent, spec=node.policy + "1", inputs=node.inputs,
-                    remote_children=remote, stack=stack,
-                )  # fmt: skip
-                pending.extend(
-                    (child, (queue, new.id, i)) for i, child in enumerate(node.children, 1)
-                )
-            else:
-                new = self.add_call(node, job_id, parent=parent, stack=stack)
-            root_id = root_id or new.id
-        return root_id
-
-    def _runs(self) -> list[tuple[Queue, list[LinkedJob]]]:
-        """The jobs in order, cut where the queue changes: one call per run."""
-        runs: list[tuple[Queue, list[LinkedJob]]] = []
-        for queue, linked in self.jobs:
-            if runs and runs[-1][0] is queue:
-                runs[-1][1].append(linked)
-            else:
-                runs.append((queue, [linked]))
-        return runs
-
-    async def write(self) -> bool:
-        """Write the tree; whether its root was created (False: it existed, and so does
-        the tree: nothing more is written once the root is found sealed)."""
-        runs = self._runs()
-        seals: dict[Queue, list[str]] = {}
-        for queue, linked in self.jobs:
-            if linked.parent:
-                seals.setdefault(queue, []).append(linked.job.id)
-        root_queue = self.jobs[0][0]  # sealed last: a sealed root means a sealed tree
-        if root_queue in seals:
-            seals[root_queue] = seals.pop(root_queue)
-        try:
-            if len(runs) == 1:  # one queue: one call, sealed with it
-                [(queue, jobs)] = runs
-                return (await queue._write_linked(jobs, seals.get(queue, [])))[0].created
-            created = True
-            for number, (queue, jobs) in enumerate(runs):
-                results = await queue._write_linked(jobs)
-                if number == 0:
-                    created = results[0].created
-                    if not created and not await _unsealed(queue, jobs[0].job.id):
-                        return False
-            for queue, parents in seals.items():
-                await queue._write_linked([], parents)
-        except RedisError as exc:
-            queue = self.jobs[0][0]
-            raise queue._failure(exc, [linked.job.id for _, linked in self.jobs]) from exc
-        return created
+# -- writing one ---------------------------------------------------------------------------
 
 
 def _is_call(node: object) -> bool:
@@ -309,15 +192,32 @@ def _queue_of(node: Flow[Any] | EnqueueCall[Any]) -> Queue:
     return node.call._queue if isinstance(node, Flow) else node._queue
 
 
-async def _unsealed(queue: Queue, job_id: str) -> bool:
-    return await reads.unsealed(await queue._host.client(), queue.keys, job_id)
+def _add_flow(tree: JobTree, root: Flow[Any], stack: contextlib.ExitStack | None) -> str:
+    """Every job of the flow ``root`` into ``tree``, breadth first; the root's id."""
+    root_id = ""
+    pending: deque[tuple[Flow[Any] | EnqueueCall[Any], Parent | None]] = deque([(root, None)])
+    while pending:
+        node, parent = pending.popleft()
+        job_id = None if parent is None else f"{parent[1]}/{parent[2]}"
+        if isinstance(node, Flow):
+            queue = node.call._queue
+            remote = sum(_queue_of(child) is not queue for child in node.children)
+            new = tree.add_call(
+                node.call, job_id, parent=parent, spec=node.policy + "1", inputs=node.inputs,
+                remote_children=remote, stack=stack,
+            )  # fmt: skip
+            pending.extend((child, (queue, new.id, i)) for i, child in enumerate(node.children, 1))
+        else:
+            new = tree.add_call(node, job_id, parent=parent, stack=stack)
+        root_id = root_id or new.id
+    return root_id
 
 
 async def _submit(root: Flow[R]) -> Workflow[R]:
     queue = root.call._queue
-    tree = _Tree()
+    tree = JobTree()
     with contextlib.ExitStack() as stack:
-        root_id = tree.add_flow(root, stack if queue._host.registry.observers else None)
+        root_id = _add_flow(tree, root, stack if queue._host.registry.observers else None)
         created = await tree.write()
     return Workflow(queue, Job(queue, root_id, created=created))
 
@@ -400,7 +300,7 @@ class Batch:
         """Write the batch (``async with`` does this on exit): callbacks, then the jobs."""
         if self._written:
             return
-        tree, queue = _Tree(), self.queue
+        tree, queue = JobTree(), self.queue
         parents = []
         with contextlib.ExitStack() as stack:
             observed = stack if queue._host.registry.observers else None

@@ -248,6 +248,11 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
         help="with --burst: exit without waiting for the delayed retries of jobs it ran",
     )
     add("--uvloop", action="store_true", help="run on uvloop (pip install aioqueue[uvloop])")
+    _metrics_options(parser)
+
+
+def _metrics_options(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
     add(
         "--metrics-port", type=_port, metavar="PORT",
         help="serve Prometheus metrics on http://HOST:PORT/metrics; with -p N, the "

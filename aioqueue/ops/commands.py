@@ -17,8 +17,6 @@ from rich.live import Live
 
 from ..core.errors import ConfigError
 from ..core.settings import ENV_REDIS_URL
-from ..store.heartbeats import mixed_task_sets, mixed_windows
-from ..store.server import eviction
 from .tables import (
     QueueSnapshot,
     channels_table,
@@ -55,15 +53,16 @@ async def run_check(app: App, args: argparse.Namespace) -> int:
     different task sets are a warning (a deploy in progress looks the same)."""
     need_url(app, "check")
     healthy = True
-    for name in args.queues or app.queue_names():
-        workers = await app.queue(name).workers()
+    names = args.queues or app.queue_names()
+    for name in names:
+        queue = app.queue(name)
+        workers = await queue.workers()
         healthy = healthy and bool(workers)
         running = sum(int(worker.get("running", 0)) for worker in workers)
         _say(f"{name}: {len(workers)} live worker(s), {running} job(s) running")
-        for mixed in (mixed_task_sets(workers), mixed_windows(workers)):
-            if mixed is not None:
-                _say(f"WARNING {name}: {mixed}")
-    evicting = await eviction(await app.client())
+        for warning in queue.worker_warnings(workers):
+            _say(f"WARNING {name}: {warning}")
+    evicting = await app.queue(names[0]).eviction()  # the server's, read once
     if (problem := evicting.problem()) is not None:
         _say(f"PROBLEM: {problem}")
         healthy = healthy and not evicting.unsafe
@@ -184,10 +183,10 @@ async def run_dead(app: App, args: argparse.Namespace) -> int:
     need_url(app, "dead")
     queue = app.queue(args.queue)
     if args.action == "ls":
-        for info in await queue.dead_jobs(limit=args.limit):
-            error_type = info.error.type if info.error else None
-            if args.task in (None, info.task) and args.error_type in (None, error_type):
-                _say(summary(info))
+        for info in await queue.find_dead(
+            task=args.task, error_type=args.error_type, limit=args.limit
+        ):
+            _say(summary(info))
     elif args.action == "show":
         await _show(queue, args.ids)
     elif args.action == "requeue":

@@ -20,7 +20,7 @@ semantic conventions:
   and jobs it enqueues continue the trace.
 
 A handler's exception is recorded on its span (status ERROR), then re-raised unchanged.
-``aioqueue.client.job.outcome`` says how each attempt was settled: complete, retry, bury, fail,
+``aioqueue.job.outcome`` says how each attempt was settled: complete, retry, bury, fail,
 abort (cancelled on request) or release (handed back by a stopping worker). An abort or a
 shutdown is not the job's failure: its span keeps an unset status. A timeout is one: the
 status is ERROR and ``error.type`` is ``timeout``.
@@ -118,7 +118,7 @@ class Tracing(Observer):
                 "messaging.destination.name": queue,
                 "messaging.operation.name": "send",
                 "messaging.operation.type": "send",
-                "aioqueue.client.task.name": task,
+                "aioqueue.task.name": task,
             },
         )
         try:
@@ -153,9 +153,9 @@ class Tracing(Observer):
                 "messaging.operation.name": "process",
                 "messaging.operation.type": "process",
                 "messaging.message.id": job.id,
-                "aioqueue.client.task.name": job.task,
-                "aioqueue.client.job.attempt": job.attempt,
-                "aioqueue.client.job.max_attempts": job.max_attempts,
+                "aioqueue.task.name": job.task,
+                "aioqueue.job.attempt": job.attempt,
+                "aioqueue.job.max_attempts": job.max_attempts,
             },
         )
         if not span.is_recording():
@@ -214,7 +214,7 @@ class _Run:
 
     def end(self, outcome: str) -> None:
         span = self.span
-        span.set_attribute("aioqueue.client.job.outcome", outcome)
+        span.set_attribute("aioqueue.job.outcome", outcome)
         if outcome in _FAILURES and not self.errored:
             if self.cut_short or not self.returned:
                 # Only a timeout makes a run cut short from outside a failure (an abort or
@@ -247,7 +247,7 @@ class _Sending:
     ) -> None:
         if isinstance(exc, asyncio.CancelledError):
             # The caller was cancelled (the job may or may not be written): not an error.
-            self._span.set_attribute("aioqueue.client.enqueue.cancelled", True)
+            self._span.set_attribute("aioqueue.enqueue.cancelled", True)
         elif exc is not None:
             _record_error(self._span, exc)
         self._span.end()

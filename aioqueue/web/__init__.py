@@ -17,7 +17,7 @@ from __future__ import annotations
 try:
     from .dashboard import create_dashboard
     from .guard import Authorize
-    from .server import serve
+    from .standalone import serve
 except ModuleNotFoundError as exc:  # pragma: no cover - depends on the install
     if exc.name in ("starlette", "jinja2", "uvicorn"):
         raise ModuleNotFoundError(

@@ -95,25 +95,7 @@ def throughput(history: Sequence[MinuteCounts]) -> Chart:
     step = nice_step(peak)
     top_value = step * GRID_LINES
     slot = PLOT_W / max(len(history), 1)
-    bars = []
-    for i, minute in enumerate(history):
-        base: float = TOP + PLOT_H
-        segments = []
-        for kind, value in (
-            ("complete", minute.complete),
-            ("failed", minute.failures),
-            ("cancelled", minute.cancelled),
-        ):
-            if value:
-                height = PLOT_H * value / top_value
-                base -= height
-                segments.append(Segment(kind, round(base, 2), round(height, 2)))
-        title = (
-            f"{_clock(minute.minute_ms)} UTC: {minute.complete} completed, "
-            f"{minute.failures} failed, {minute.cancelled} cancelled"
-        )
-        x = LEFT + i * slot + slot * 0.125
-        bars.append(Bar(round(x, 2), round(slot * 0.75, 2), tuple(segments), title))
+    bars = [_bar(minute, LEFT + i * slot, slot, top_value) for i, minute in enumerate(history)]
     y_ticks = tuple(
         Tick(round(TOP + PLOT_H - PLOT_H * k / GRID_LINES, 2), str(step * k))
         for k in range(GRID_LINES + 1)
@@ -129,6 +111,28 @@ def throughput(history: Sequence[MinuteCounts]) -> Chart:
         failed=sum(m.failures for m in history),
         cancelled=sum(m.cancelled for m in history),
     )  # fmt: skip
+
+
+def _bar(minute: MinuteCounts, left: float, slot: float, top_value: float) -> Bar:
+    """One minute's bar in the slot that starts at ``left``, its segments stacked from the
+    bottom: completed, failures (retried, failed or dead), then cancelled."""
+    base: float = TOP + PLOT_H
+    segments = []
+    for kind, value in (
+        ("complete", minute.complete),
+        ("failed", minute.failures),
+        ("cancelled", minute.cancelled),
+    ):
+        if value:
+            height = PLOT_H * value / top_value
+            base -= height
+            segments.append(Segment(kind, round(base, 2), round(height, 2)))
+    title = (
+        f"{_clock(minute.minute_ms)} UTC: {minute.complete} completed, "
+        f"{minute.failures} failed, {minute.cancelled} cancelled"
+    )
+    x = left + slot * 0.125
+    return Bar(round(x, 2), round(slot * 0.75, 2), tuple(segments), title)
 
 
 def _clock(minute_ms: int) -> str:

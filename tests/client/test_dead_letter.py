@@ -248,3 +248,30 @@ async def test_requeue_and_purge_filtered_by_task_and_error(app: aioqueue.App) -
     assert await queue.purge_dead(task="fails_value") == 2
     assert [await queue.info(job.id) for job in values] == [None, None]
     assert (await queue.counts()).dead == 0
+
+
+async def test_find_dead_lists_what_a_filtered_requeue_would_take(app: aioqueue.App) -> None:
+    @app.task(retries=0)
+    async def fails_value() -> None:
+        raise ValueError("v")
+
+    @app.task(retries=0)
+    async def fails_key() -> None:
+        raise KeyError("k")
+
+    values = [await fails_value.enqueue() for _ in range(2)]
+    keys = [await fails_key.enqueue() for _ in range(2)]
+    await run_until_idle(app)
+    queue = app.queue()
+
+    assert [info.id for info in await queue.find_dead()] == [
+        info.id for info in await queue.dead_jobs()
+    ]
+    assert {info.id for info in await queue.find_dead(task="fails_value")} == {
+        job.id for job in values
+    }
+    found = await queue.find_dead(error_type="KeyError", task="fails_key")
+    assert {info.id for info in found} == {job.id for job in keys}
+    assert await queue.find_dead(error_type="KeyError", task="fails_value") == []
+    assert len(await queue.find_dead(limit=1)) == 1
+    assert await queue.requeue_dead(error_type="KeyError") == len(found)

@@ -4,6 +4,7 @@ progress a running job reports."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -191,3 +192,28 @@ async def test_progress_after_the_lease_is_lost_is_refused(app: aioqueue.App, re
         await asyncio.wait_for(running, 10)
     assert answers == [False]
     assert await redis.hget(app.queue().keys.job(job.id), "pg") is None
+
+
+# -- what `aioqueue check` asks: the workers and the server ------------------------------
+
+
+def test_worker_warnings_name_mixed_task_sets_and_windows() -> None:
+    same: list[dict[str, Any]] = [
+        {"id": "a", "tasks": ["t"], "idempotency_ms": 1000},
+        {"id": "b", "tasks": ["t"]},
+    ]
+    assert aioqueue.Queue.worker_warnings(same) == []
+    assert aioqueue.Queue.worker_warnings([]) == []
+    mixed: list[dict[str, Any]] = [
+        {"id": "a", "tasks": ["t"], "idempotency_ms": 1000},
+        {"id": "b", "tasks": ["u"], "idempotency_ms": 2000},
+    ]
+    tasks, windows = aioqueue.Queue.worker_warnings(mixed)
+    assert "a run [t]" in tasks and "b run [u]" in tasks
+    assert "different idempotency windows (1s, 2s)" in windows
+
+
+async def test_the_eviction_policy_of_the_suites_server_is_safe(app: aioqueue.App) -> None:
+    eviction = await app.queue().eviction()
+    assert eviction.policy == "noeviction" and not eviction.unsafe
+    assert eviction.problem() is None

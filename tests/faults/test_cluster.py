@@ -19,7 +19,8 @@ import aioqueue
 from aioqueue import chord
 from aioqueue.core.keys import QueueKeys
 from aioqueue.core.settings import check_redis_url, cluster_nodes, mask_url
-from aioqueue.ops.embedded import EmbeddedCluster, EmbeddedServer
+from aioqueue.ops.embedded import EmbeddedServer
+from aioqueue.ops.embedded_cluster import EmbeddedCluster
 from aioqueue.store.routing import lines_for
 from tests.helpers import collect_leaked_sockets, leaks_outside, now, produce_confirmed, wait_until
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import aioqueue
-from aioqueue.ops.embedded import EmbeddedSentinel
+from aioqueue.ops.embedded_sentinel import EmbeddedSentinel
 from tests.helpers import collect_leaked_sockets, leaks_outside, now, produce_confirmed, wait_until
 
 pytestmark = pytest.mark.timeout(120)

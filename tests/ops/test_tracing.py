@@ -117,7 +117,7 @@ async def test_a_run_continues_the_trace_of_the_request_that_enqueued(
         "messaging.destination.name": "default",
         "messaging.operation.name": "send",
         "messaging.operation.type": "send",
-        "aioqueue.client.task.name": "welcome",
+        "aioqueue.task.name": "welcome",
     }
     assert dict(process.attributes or {}) == {
         "messaging.system": "aioqueue",
@@ -125,10 +125,10 @@ async def test_a_run_continues_the_trace_of_the_request_that_enqueued(
         "messaging.operation.name": "process",
         "messaging.operation.type": "process",
         "messaging.message.id": job.id,
-        "aioqueue.client.task.name": "welcome",
-        "aioqueue.client.job.attempt": 1,
-        "aioqueue.client.job.max_attempts": 3,
-        "aioqueue.client.job.outcome": "complete",
+        "aioqueue.task.name": "welcome",
+        "aioqueue.job.attempt": 1,
+        "aioqueue.job.max_attempts": 3,
+        "aioqueue.job.outcome": "complete",
     }
     assert send.status.status_code is process.status.status_code is StatusCode.UNSET
 
@@ -151,13 +151,8 @@ async def test_a_job_enqueued_by_a_handler_continues_the_trace(
         await parent.enqueue()
     assert await drain(app) == {"complete": 2}
 
-    runs = {
-        attribute(span, "aioqueue.client.task.name"): span
-        for span in traced.spans("process default")
-    }
-    sends = {
-        attribute(span, "aioqueue.client.task.name"): span for span in traced.spans("send default")
-    }
+    runs = {attribute(span, "aioqueue.task.name"): span for span in traced.spans("process default")}
+    sends = {attribute(span, "aioqueue.task.name"): span for span in traced.spans("send default")}
     assert parent_of(sends["parent"]) == ids(traced.one("request"))[1]
     assert parent_of(runs["parent"]) == ids(sends["parent"])[1]
     assert parent_of(sends["child"]) == ids(runs["parent"])[1]
@@ -196,7 +191,7 @@ async def test_a_failing_handler_records_its_error(app: aioqueue.App, traced: Tr
     assert span.status.status_code is StatusCode.ERROR
     assert span.status.description == "ValueError: no such user"
     assert attribute(span, "error.type") == "ValueError"
-    assert attribute(span, "aioqueue.client.job.outcome") == "bury"
+    assert attribute(span, "aioqueue.job.outcome") == "bury"
     [event] = span.events
     assert event.name == "exception"
     assert dict(event.attributes or {})["exception.type"] == "ValueError"
@@ -217,8 +212,8 @@ async def test_each_attempt_of_a_retried_job_is_a_span_with_the_same_parent(
     await flaky.enqueue()
     assert await drain(app) == {"retry": 2, "complete": 1}
     runs = sorted(traced.spans("process default"), key=lambda span: span.start_time or 0)
-    assert [attribute(span, "aioqueue.client.job.attempt") for span in runs] == [1, 2, 3]
-    assert [attribute(span, "aioqueue.client.job.outcome") for span in runs] == [
+    assert [attribute(span, "aioqueue.job.attempt") for span in runs] == [1, 2, 3]
+    assert [attribute(span, "aioqueue.job.outcome") for span in runs] == [
         "retry", "retry", "complete",
     ]  # fmt: skip
     assert [span.status.status_code for span in runs] == [
@@ -246,7 +241,7 @@ async def test_a_timeout_is_an_error_of_type_timeout(app: aioqueue.App, traced: 
     for span in traced.spans("process default"):
         assert attribute(span, "error.type") == "timeout"
         assert span.status.status_code is StatusCode.ERROR
-        assert attribute(span, "aioqueue.client.job.outcome") == "bury"
+        assert attribute(span, "aioqueue.job.outcome") == "bury"
 
 
 async def test_a_cancelled_job_keeps_an_unset_status(app: aioqueue.App, traced: Traced) -> None:
@@ -265,7 +260,7 @@ async def test_a_cancelled_job_keeps_an_unset_status(app: aioqueue.App, traced: 
         await wait_until(lambda: _ended(traced), timeout=5)
         assert worker.outcomes["abort"] == 1
     span = traced.one("process default")
-    assert attribute(span, "aioqueue.client.job.outcome") == "abort"
+    assert attribute(span, "aioqueue.job.outcome") == "abort"
     assert span.status.status_code is StatusCode.UNSET
     assert attribute(span, "error.type") is None and not span.events
 
@@ -285,7 +280,7 @@ async def test_a_job_released_by_a_stopping_worker_keeps_an_unset_status(
     async with app.worker(grace=0):
         await asyncio.wait_for(started.wait(), 5)
     span = traced.one("process default")
-    assert attribute(span, "aioqueue.client.job.outcome") == "release"
+    assert attribute(span, "aioqueue.job.outcome") == "release"
     assert span.status.status_code is StatusCode.UNSET
 
 
@@ -466,4 +461,4 @@ async def test_the_trace_reaches_a_worker_process(
     assert process["context"]["trace_id"] == f"0x{trace_id:032x}"
     assert process["parent_id"] == f"0x{send_id:016x}"
     assert process["attributes"]["messaging.message.id"] == job.id
-    assert process["attributes"]["aioqueue.client.job.outcome"] == "complete"
+    assert process["attributes"]["aioqueue.job.outcome"] == "complete"

@@ -20,7 +20,7 @@ from ..store import scripts
 from .loops import CLIENT_FAILURES, RETRY_PAUSE, Component
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine, Sequence
+    from collections.abc import Callable, Coroutine, Iterable, Sequence
 
     from redis.asyncio import Redis
 
@@ -68,6 +68,10 @@ class Batcher(Component):
             self.retrying.add(settlement.id)
         self._pending.append(settlement)
         self._wake.set()
+
+    def retries_gone(self, job_ids: Iterable[bytes]) -> None:
+        """Of the tracked retries, these are no longer scheduled (they ran, or left)."""
+        self.retrying.difference_update(job_ids)
 
     async def report_progress(self, taken: Taken, data: bytes) -> bool:
         """Record a held job's progress (JSON); False once its lease is not held."""
@@ -157,12 +161,13 @@ class AckBatcher(Batcher):
         keep_payload: bool = False,
         history_ms: int = 0,
         track_retries: bool = False,
+        on_handoff: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(redis, keys.name, track_retries=track_retries)
         self.keys, self._result_ttl_ms = keys, result_ttl_ms
         self._kept_ms, self._keep_payload = kept_ms, keep_payload
         self.history_ms = history_ms
-        self.on_handoff: Callable[[], None] | None = None  # an outcome to deliver elsewhere
+        self._on_handoff = on_handoff  # an ack handed an outcome off to another queue
 
     async def report_progress(self, taken: Taken, data: bytes) -> bool:
         if taken.id not in self.held:
@@ -173,5 +178,5 @@ class AckBatcher(Batcher):
         return await scripts.ack(
             self.redis, self.keys, batch, result_ttl_ms=self._result_ttl_ms,
             kept_ms=self._kept_ms, keep_payload=self._keep_payload, history_ms=self.history_ms,
-            on_handoff=self.on_handoff,
+            on_handoff=self._on_handoff,
         )  # fmt: skip

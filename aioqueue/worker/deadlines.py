@@ -3,10 +3,11 @@
 ``asyncio.timeout`` per job costs a timer handle, a context manager and a cancelled entry
 left in the event loop's heap: about as much as running a no-op job. Here each job's
 deadline goes into one heap, one loop timer is armed for the earliest, and when it fires
-the overdue jobs are told (``time_out()``: the in-flight job cancels its handler and
-records why). Entries of jobs that finished in time are dropped lazily, and the heap is
-rebuilt when they outnumber the live ones, so its size stays proportional to the jobs
-running.
+the owner of the overdue jobs is told (``on_due``: ``InFlight.time_out``, which cancels
+the handler and records why). Deadlines keeps its own entries and writes nothing on a
+job: a job is watched from ``watch`` until ``unwatch`` or until it is reported due.
+Entries of jobs that finished in time are dropped lazily, and the heap is rebuilt when
+they outnumber the live ones, so its size stays proportional to the jobs running.
 """
 
 from __future__ import annotations
@@ -14,42 +15,38 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from typing import Protocol
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+J = TypeVar("J", bound=Hashable)
 
 
-class Deadlined(Protocol):
-    """A job with a deadline: ``deadline`` is event-loop time, None once unwatched."""
+class Deadlines(Generic[J]):
+    """Reports each watched job to ``on_due`` when its deadline passes."""
 
-    deadline: float | None
-
-    def time_out(self) -> None: ...
-
-
-class Deadlines:
-    """Tells each job when its deadline passes."""
-
-    def __init__(self) -> None:
-        self._heap: list[tuple[float, int, Deadlined]] = []
+    def __init__(self, on_due: Callable[[J], None]) -> None:
+        self._on_due = on_due
+        self._heap: list[tuple[float, int, J]] = []
         self._order = itertools.count()  # ties never compare jobs
-        self._live = 0
+        self._live: set[J] = set()  # watched, not yet unwatched nor reported
         self._timer: asyncio.TimerHandle | None = None
 
-    def watch(self, job: Deadlined, deadline: float) -> None:
-        """Call ``job.time_out()`` at ``deadline`` (event-loop time) unless unwatch()ed."""
-        job.deadline = deadline
+    def watch(self, job: J, deadline: float) -> None:
+        """Report ``job`` at ``deadline`` (event-loop time) unless unwatch()ed first."""
         heapq.heappush(self._heap, (deadline, next(self._order), job))
-        self._live += 1
+        self._live.add(job)
         if self._timer is None or deadline < self._timer.when():
             self._arm()
-        elif len(self._heap) > 2 * self._live + 64:
-            self._heap = [entry for entry in self._heap if entry[2].deadline is not None]
+        elif len(self._heap) > 2 * len(self._live) + 64:
+            self._heap = [entry for entry in self._heap if entry[2] in self._live]
             heapq.heapify(self._heap)
 
-    def unwatch(self, job: Deadlined) -> None:
+    def unwatch(self, job: J) -> None:
         """The handler returned or raised: its deadline no longer applies."""
-        if job.deadline is not None:
-            job.deadline = None
-            self._live -= 1
+        self._live.discard(job)
 
     def _arm(self) -> None:
         if self._timer is not None:
@@ -62,9 +59,10 @@ class Deadlines:
     def _fire(self) -> None:
         self._timer = None
         now = asyncio.get_running_loop().time()
-        heap = self._heap
-        while heap and (heap[0][2].deadline is None or heap[0][0] <= now):
+        heap, live = self._heap, self._live
+        while heap and (heap[0][2] not in live or heap[0][0] <= now):
             _, _, job = heapq.heappop(heap)
-            if job.deadline is not None:
-                job.time_out()
+            if job in live:
+                live.discard(job)
+                self._on_due(job)
         self._arm()

@@ -39,7 +39,7 @@ def _consumer(worker: aioqueue.Worker, queue: str = "default") -> QueueConsumer:
 
 
 async def test_forget_list_stays_bounded_while_every_job_is_handed(app: aioqueue.App) -> None:
-    """A handed job's token goes on the consumer's ``_forget`` list, which only a take
+    """A handed job's token goes on the consumer's list of tokens to forget, which only a take
     emptied; a worker that keeps up with its traffic is handed every job and never
     takes, so the list (and the ``take:<token>`` lists in Redis) grew without bound, and
     the next take carried them all in one script call. Each offer now forgets them."""
@@ -60,7 +60,7 @@ async def test_forget_list_stays_bounded_while_every_job_is_handed(app: aioqueue
             job = await noop.enqueue(n)
             await job.result(timeout=5)
         await wait_until(offered)
-        forget = len(_consumer(worker)._forget)
+        forget = _consumer(worker)._tokens.unforgotten
         lingering = len(await redis.keys(f"{keys.taken_prefix}*"))
     assert forget <= 4, f"{forget} lease tokens kept to forget after 40 handed jobs"
     assert lingering <= 4, f"{lingering} take:<token> lists left in Redis"
@@ -161,7 +161,7 @@ async def test_a_handed_job_flagged_aborted_ends_cancelled_without_running(
         assert await redis.hget(keys.job(job.id), "w") == token.encode()
         await scripts.cancel(redis, keys, job.id, result_ttl_ms=60_000)  # ... then cancelled
         handed = await scripts.idle(redis, keys, token, lease_ms=LEASE_MS, hold_ms=0)
-        consumer._admit_handed(handed)  # what the consumer's withdrawal does with them
+        consumer._idle.admit_handed(handed)  # what the consumer's withdrawal does with them
         with pytest.raises(aioqueue.JobCancelled):
             await job.result(timeout=5)
     assert ran == []

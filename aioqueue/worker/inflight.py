@@ -200,8 +200,9 @@ class InFlight(Component):
     def _handler_ended(self, job: RunningJob) -> bool:
         """The handler returned or raised: its deadline no longer applies. If the timeout
         had cancelled it, take that cancellation back; True when no other is pending."""
-        job.deadline = None
-        self._deadlines.unwatch(job)
+        if job.deadline is not None:
+            job.deadline = None
+            self._deadlines.unwatch(job)
         if job.interrupt is not Interrupt.TIMEOUT or job.handle is None:
             return False
         job.interrupt = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -120,20 +121,39 @@ async def test_waiting_jobs_can_be_taken_back_by_match_or_age(
 # -- Deadlines ----------------------------------------------------------------------------
 
 
+@dataclass(eq=False)
+class Timed:
+    """A job as its owner keeps it for Deadlines: its deadline while watched."""
+
+    name: str
+    deadline: float | None = None
+
+
+def watch(deadlines: Deadlines[Timed], job: Timed, deadline: float) -> None:
+    job.deadline = deadline  # (what the owner does)
+    deadlines.watch(job, deadline)
+
+
+def unwatch(deadlines: Deadlines[Timed], job: Timed) -> None:
+    job.deadline = None
+    deadlines.unwatch(job)
+
+
 async def test_deadlines_report_only_overdue_jobs() -> None:
     due: list[str] = []
     reported = asyncio.Event()
 
-    def on_due(job: str) -> None:
-        due.append(job)
+    def on_due(job: Timed) -> None:
+        due.append(job.name)
         reported.set()
 
-    deadlines: Deadlines[str] = Deadlines(on_due)
+    deadlines: Deadlines[Timed] = Deadlines(on_due)
+    first, finished, later = Timed("first"), Timed("finished"), Timed("later")
     loop = asyncio.get_running_loop()
-    deadlines.watch("first", loop.time() + 0.05)
-    deadlines.watch("finished", loop.time() + 0.05)
-    deadlines.watch("later", loop.time() + 60)
-    deadlines.unwatch("finished")  # finished in time
+    watch(deadlines, first, loop.time() + 0.05)
+    watch(deadlines, finished, loop.time() + 0.05)
+    watch(deadlines, later, loop.time() + 60)
+    unwatch(deadlines, finished)  # finished in time
     await asyncio.wait_for(reported.wait(), 5)
     assert due == ["first"]  # (the finished one, due as early, was looked at in that pass)
 
@@ -159,11 +179,12 @@ async def _wait(event: asyncio.Event) -> None:
 
 
 async def test_deadlines_of_finished_jobs_do_not_pile_up() -> None:
-    deadlines: Deadlines[int] = Deadlines(lambda job: None)
+    deadlines: Deadlines[Timed] = Deadlines(lambda job: None)
     loop = asyncio.get_running_loop()
     for n in range(10_000):
-        deadlines.watch(n, loop.time() + 300)
-        deadlines.unwatch(n)
+        job = Timed(str(n))
+        watch(deadlines, job, loop.time() + 300)
+        unwatch(deadlines, job)
     assert len(deadlines._heap) < 100  # rebuilt without the finished ones as it grows
 
 

@@ -12,12 +12,13 @@ flight, so an idle worker acks at once and a busy one acks hundreds of jobs per 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import LeaseLost, describe
 from ..store import scripts
-from .loops import CLIENT_FAILURES, RETRY_PAUSE, Component
+from .loops import CLIENT_FAILURES, RETRY_PAUSE, Component, wait_first
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Iterable, Sequence
@@ -43,7 +44,7 @@ class Batcher(Component):
         self.held: dict[bytes, Taken] = {}  # leased to this worker until the ack lands
         self.unsettled = 0  # held and not yet settled: running, or waiting for a slot
         self.landed = 0  # ack calls that landed so far
-        self.landing = asyncio.Event()  # set when an ack call lands (and at stop)
+        self._landing = asyncio.Event()  # set when an ack call lands (and at stop)
         self.retrying: set[bytes] = set()  # ids retried with a delay (if tracked: burst)
         self._track_retries = track_retries
         self._pending: list[Settlement] = []
@@ -69,6 +70,13 @@ class Batcher(Component):
         self._pending.append(settlement)
         self._wake.set()
 
+    async def next_landing(self, *also: asyncio.Event, timeout: float | None = None) -> None:
+        """Wait until the next ack call lands, one of ``also`` is set, or ``timeout``
+        seconds pass."""
+        self._landing.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wait_first(self._landing, *also), timeout)
+
     def retries_gone(self, job_ids: Iterable[bytes]) -> None:
         """Of the tracked retries, these are no longer scheduled (they ran, or left)."""
         self.retrying.difference_update(job_ids)
@@ -93,7 +101,7 @@ class Batcher(Component):
         super().stop()
         self._give_up_at = asyncio.get_running_loop().time() + GIVE_UP_AFTER
         self._wake.set()
-        self.landing.set()
+        self._landing.set()
 
     async def _run(self) -> None:
         while self._pending or not self.stopping.is_set():
@@ -129,7 +137,7 @@ class Batcher(Component):
                 job_id = settlement.id.decode("utf-8", "backslashreplace")
                 logger.warning("%s", LeaseLost(job_id, self.name, settlement.outcome))
         self.landed += 1
-        self.landing.set()
+        self._landing.set()
 
     async def _gave_up(self) -> bool:
         """After a failed ack: pause before the next try; True when stopping has waited

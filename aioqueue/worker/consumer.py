@@ -15,7 +15,6 @@ queue ran dry (in burst mode: end once the work is done).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -25,7 +24,7 @@ from ..core.lifecycle import HELD_BY_CONCURRENCY
 from ..core.priorities import planner
 from ..store import reads, scripts
 from .idle import IdleWait, Tokens
-from .loops import CLIENT_FAILURES, RETRY_PAUSE, Component, ring, wait_event, wait_first
+from .loops import CLIENT_FAILURES, RETRY_PAUSE, Component, ring, wait_event
 from .takes import Step, TakeState
 
 if TYPE_CHECKING:
@@ -243,9 +242,7 @@ class QueueConsumer(Component):
             until = (held.held * 1000 - held.promoted.now_us) / 1e6
             await wait_event(self.stopping, min(max(until, HELD_SLEEP[0]), HELD_SLEEP[1]))
             return
-        self._acks.landing.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wait_first(self._acks.landing, self.stopping), HELD_LOOK)
+        await self._acks.next_landing(self.stopping, timeout=HELD_LOOK)
 
     async def _drained(self, landed_before: int) -> bool:
         """Burst mode: True once nothing is ready, running, unacked, or due.
@@ -257,8 +254,7 @@ class QueueConsumer(Component):
         if acks.landed != landed_before:
             return False
         if not acks.idle:
-            acks.landing.clear()
-            await wait_first(acks.landing, self.stopping)
+            await acks.next_landing(self.stopping)
             return False
         try:
             promoted = await scripts.promote(

@@ -288,8 +288,7 @@ class TopicConsumer(Component):
         ``wait_retries``, pending messages do not hold a burst worker)."""
         acks = self._acks
         if not acks.idle:
-            acks.landing.clear()
-            await wait_event(acks.landing, MAINTAIN_EVERY)
+            await acks.next_landing(timeout=MAINTAIN_EVERY)
             return False
         if not self.settings.wait_retries:
             return True

@@ -259,21 +259,20 @@ class Worker:
             span_ms=app_settings.idempotency_ttl_ms,
             burst_busy=self._burst_busy if settings.burst else None,
         )  # fmt: skip
-        promoter = Promoter(
-            redis, keys, worker_id=self.id, idle_wait=settings.idle_wait,
-            promote=consumer.promote_due,
-        )  # fmt: skip
-        self._acks.append(acks)
-        self._consumers.append(consumer)
-        self._intake += (consumer, promoter)
+        periodic = None
         if not settings.burst:
             periodic = PeriodicScheduler(
                 redis, keys, declared=self.registry.declared_periodic(keys.name),
                 max_payload_bytes=app_settings.max_payload_bytes,
                 span_ms=app_settings.idempotency_ttl_ms,
             )  # fmt: skip
-            promoter.on_wake(periodic.wake)
-            self._intake.append(periodic)
+        promoter = Promoter(
+            redis, keys, worker_id=self.id, idle_wait=settings.idle_wait,
+            promote=consumer.promote_due, on_wake=periodic.wake if periodic else None,
+        )  # fmt: skip
+        self._acks.append(acks)
+        self._consumers.append(consumer)
+        self._intake += (consumer, promoter, *([periodic] if periodic else []))
 
     def _add_subscriber(self, redis: Redis, subscriber: Subscriber, inflight: InFlight) -> None:
         """The components of one topic's subscriber group: its acks and its consumer."""

@@ -72,7 +72,7 @@ class InFlight(Component):
             self.slots.admit_unreserved(job)
 
     def refuse(self, taken: Taken, acks: Batcher, *, aborted: bool = False) -> None:
-        """A leased job this worker will not start (an offer's, see offers.py): back to
+        """A leased job this worker will not start (an offer's, see idle.py): back to
         the front of ready, attempt not counted; or, its cancellation asked before this
         worker held it (``aborted``), ended as cancelled."""
         acks.hold(taken)

@@ -396,7 +396,7 @@ async def test_an_offer_made_with_room_is_not_handed_a_job_once_the_worker_is_fu
 async def test_stop_is_not_held_by_a_withdrawal_retried_for_idle_wait(
     app: aioqueue.App, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """_withdraw retries for idle_wait + OFFER_MARGIN measured from its first attempt, and
+    """A withdrawal retries for idle_wait + OFFER_MARGIN measured from its first attempt, and
     does not look at ``stopping``: with Redis failing the withdrawal, Worker.stop() waits
     that long (62 s at idle_wait=60). Here idle_wait=6: the stop took ~8 s."""
     real_idle = scripts.idle

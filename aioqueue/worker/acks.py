@@ -12,15 +12,16 @@ flight, so an idle worker acks at once and a busy one acks hundreds of jobs per 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import LeaseLost, describe
 from ..store import scripts
-from .loops import CLIENT_FAILURES, RETRY_PAUSE, Component
+from .loops import CLIENT_FAILURES, RETRY_PAUSE, Component, wait_first
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine, Sequence
+    from collections.abc import Callable, Coroutine, Iterable, Sequence
 
     from redis.asyncio import Redis
 
@@ -43,7 +44,7 @@ class Batcher(Component):
         self.held: dict[bytes, Taken] = {}  # leased to this worker until the ack lands
         self.unsettled = 0  # held and not yet settled: running, or waiting for a slot
         self.landed = 0  # ack calls that landed so far
-        self.landing = asyncio.Event()  # set when an ack call lands (and at stop)
+        self._landing = asyncio.Event()  # set when an ack call lands (and at stop)
         self.retrying: set[bytes] = set()  # ids retried with a delay (if tracked: burst)
         self._track_retries = track_retries
         self._pending: list[Settlement] = []
@@ -69,6 +70,17 @@ class Batcher(Component):
         self._pending.append(settlement)
         self._wake.set()
 
+    async def next_landing(self, *also: asyncio.Event, timeout: float | None = None) -> None:
+        """Wait until the next ack call lands, one of ``also`` is set, or ``timeout``
+        seconds pass."""
+        self._landing.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wait_first(self._landing, *also), timeout)
+
+    def retries_gone(self, job_ids: Iterable[bytes]) -> None:
+        """Of the tracked retries, these are no longer scheduled (they ran, or left)."""
+        self.retrying.difference_update(job_ids)
+
     async def report_progress(self, taken: Taken, data: bytes) -> bool:
         """Record a held job's progress (JSON); False once its lease is not held."""
         raise NotImplementedError
@@ -89,7 +101,7 @@ class Batcher(Component):
         super().stop()
         self._give_up_at = asyncio.get_running_loop().time() + GIVE_UP_AFTER
         self._wake.set()
-        self.landing.set()
+        self._landing.set()
 
     async def _run(self) -> None:
         while self._pending or not self.stopping.is_set():
@@ -125,7 +137,7 @@ class Batcher(Component):
                 job_id = settlement.id.decode("utf-8", "backslashreplace")
                 logger.warning("%s", LeaseLost(job_id, self.name, settlement.outcome))
         self.landed += 1
-        self.landing.set()
+        self._landing.set()
 
     async def _gave_up(self) -> bool:
         """After a failed ack: pause before the next try; True when stopping has waited
@@ -157,12 +169,13 @@ class AckBatcher(Batcher):
         keep_payload: bool = False,
         history_ms: int = 0,
         track_retries: bool = False,
+        on_handoff: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(redis, keys.name, track_retries=track_retries)
         self.keys, self._result_ttl_ms = keys, result_ttl_ms
         self._kept_ms, self._keep_payload = kept_ms, keep_payload
         self.history_ms = history_ms
-        self.on_handoff: Callable[[], None] | None = None  # an outcome to deliver elsewhere
+        self._on_handoff = on_handoff  # an ack handed an outcome off to another queue
 
     async def report_progress(self, taken: Taken, data: bytes) -> bool:
         if taken.id not in self.held:
@@ -173,5 +186,5 @@ class AckBatcher(Batcher):
         return await scripts.ack(
             self.redis, self.keys, batch, result_ttl_ms=self._result_ttl_ms,
             kept_ms=self._kept_ms, keep_payload=self._keep_payload, history_ms=self.history_ms,
-            on_handoff=self.on_handoff,
+            on_handoff=self._on_handoff,
         )  # fmt: skip

@@ -1,35 +1,42 @@
 """Taking the jobs of one queue into the worker's free slots.
 
 A QueueConsumer's fetch loop takes up to the free slots (plus the lookahead, see
-``slots``) in a few concurrent script calls; when nothing is ready, it blocks in BLPOP on
-the queue's notify list (and its own wake-up list) until a job arrives. Each taken job is
-held by the queue's ack batcher and admitted to the in-flight jobs, which run and settle
-it; the consumer never sees it again.
+``slots``) in a few concurrent script calls; when nothing is ready, it waits for work
+(``idle``: blocked on the queue's notify list, offering meanwhile to be handed the next
+new job). Each taken job is admitted to the in-flight jobs, whose owner holds, runs and
+settles it; the consumer never sees it again.
+
+The fetch loop's state is what its take calls reported (``takes.TakeState``); from it
+the loop reads its next step: take, let the other takes come back, wait while the
+queue's limits hold jobs back, pause after a failed take, or wait for work once the
+queue ran dry (in burst mode: end once the work is done).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from ..core.errors import describe
 from ..core.lifecycle import HELD_BY_CONCURRENCY
 from ..core.priorities import planner
 from ..store import reads, scripts
-from .loops import CLIENT_FAILURES, RETRY_PAUSE, Component, ring, wait_event, wait_first
+from .idle import IdleWait, Tokens
+from .loops import CLIENT_FAILURES, RETRY_PAUSE, Component, ring, wait_event
+from .takes import Step, TakeState
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine
 
     from redis.asyncio import Redis
 
-    from ..core.lifecycle import Promoted, Taken, TakeResult
+    from ..core.lifecycle import Promoted, TakeResult
     from ..core.settings import WorkerSettings
     from .acks import AckBatcher
     from .inflight import InFlight
+    from .order import StrictOrder
 
 logger = logging.getLogger(__name__)
 
@@ -40,8 +47,6 @@ RETRY_WAIT_MAX = 1.0  # burst mode: seconds at most between looks at retries sti
 HELD_LOOK = 0.1  # seconds between takes while the queue's concurrency cap holds jobs back
 HELD_SLEEP = (0.001, 1.0)  # a rate's hold: sleep at least, at most (new limits are seen)
 BURST_LOOK = 0.05  # seconds between looks of a dry burst consumer while the worker is busy
-OFFER_MARGIN = 2.0  # seconds an idle offer outlives the BLPOP that waits for it
-STOP_WITHDRAWING = 0.5  # seconds a stopping consumer retries withdrawing its offer
 
 
 class QueueConsumer(Component):
@@ -59,34 +64,35 @@ class QueueConsumer(Component):
         order: StrictOrder | None = None,
         due_first: bool = False,
         span_ms: int = 0,
+        burst_busy: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         super().__init__()
         self.redis, self.keys, self.settings = redis, acks.keys, settings
         self._acks, self._inflight, self._slots = acks, inflight, inflight.slots
-        self._worker_id = worker_id
         self._wake_key = self.keys.wake(worker_id)
         self._result_ttl_ms = result_ttl_ms
-        self._take_calls = 0
-        self._forget: list[str] = []  # leases of takes whose replies were read
-        self._dry_since: int | None = None  # a take came back short (acks landed at its send)
-        self._failed = False  # a take failed: pause before the next
-        self._held: TakeResult | None = None  # a take the queue's limits held back
-        self._takes_out = 0  # take calls in flight
-        self._offer: str | None = None  # the token of this consumer's idle offer, while out
-        self._offer_lapses = 0.0  # loop time after which that offer can take no job
-        # One take at a time until one comes back full: a worker woken for one job sends
-        # one call, not TAKES_IN_FLIGHT (the extra calls would only delay that job).
-        self._probing = True
         self._plan = planner(settings.priority_mode, settings.priority_weights)
-        self.dry = False  # the queue ran out of work (as far as this worker knows)
         self._due_first = due_first  # due delayed jobs go ahead of the ready ones
         self._span_ms = span_ms  # the idempotency window of jobs completed with no result
         # burst mode: whether the worker still has work that may make jobs ready here (a
         # workflow's child running on another queue, whose outcome a hand-off delivers)
-        self.burst_busy: Callable[[], Awaitable[bool]] | None = None
+        self._burst_busy = burst_busy
         self._order = order
+        self._state = TakeState()
+        self._takes: set[asyncio.Task[TakeResult | None]] = set()  # (kept from collection)
+        self._tokens = Tokens(worker_id)
+        self._idle = IdleWait(
+            redis, acks, inflight, self._tokens, settings=settings, wake_key=self._wake_key,
+            stopping=self.stopping, leads=self._leads,
+        )  # fmt: skip
+        self._dry = False
         if order is not None:
             order.append(self)
+
+    @property
+    def dry(self) -> bool:
+        """The queue ran out of work (as far as this worker knows)."""
+        return self._dry
 
     def loops(self) -> list[Coroutine[Any, Any, None]]:
         return [self._fetch_loop()]
@@ -102,77 +108,77 @@ class QueueConsumer(Component):
         room in the slots, so the next jobs are on their way while the current ones run
         (one call at a time leaves the worker idle during every script, and Redis idle
         while the worker runs). A take that comes back short means the queue ran dry:
-        once the other takes are back, block until a job is announced (in burst mode,
-        check whether everything is done).
+        once the other takes are back, wait for work (in burst mode, check whether
+        everything is done).
         """
-        woken = False
-        takes: set[asyncio.Task[TakeResult | None]] = set()
-        loop = asyncio.get_running_loop()
         while not self.stopping.is_set():
-            if self._held is not None:  # (once the other takes are back)
-                await (self._slots.wait_change() if self._takes_out else self._wait_while_held())
-                continue
-            if self._dry_since is not None or self._failed:
-                done, woken = await self._between_takes()
-                if done:
-                    return
-                continue
-            size = await self._reserve_take()
-            if size:
-                self._takes_out += 1
-                take = loop.create_task(self._take(size, woken))
-                takes.add(take)  # a reference, so the task is not collected mid-flight
-                take.add_done_callback(takes.discard)
-                take.add_done_callback(_log_take_crash)
-                woken = False
-        await self._withdraw()
-        if takes:
-            await asyncio.wait(takes)
+            step = self._state.step()
+            if step is Step.TAKE:
+                await self._send_take()
+            elif step is Step.AWAIT:
+                await self._slots.wait_change()  # (a take coming back gives back room)
+            elif step is Step.HELD:
+                await self._wait_while_held()
+            elif step is Step.FAILED:  # Redis error: pause, then try again
+                self._state.end_failure()
+                await wait_event(self.stopping, RETRY_PAUSE)
+            elif self.settings.burst:
+                if await self._drained(self._dried_up()):
+                    break
+            else:
+                await self._wait_for_work()
+        await self._idle.withdraw()
+        if self._takes:
+            await asyncio.wait(self._takes)
 
-    async def _between_takes(self) -> tuple[bool, bool]:
-        """The queue ran dry or a take failed: wait for the other takes, pause after an
-        error, or block until a job is announced. Returns (done: a burst worker has
-        nothing left to do, woken: a notify token was consumed)."""
-        if self._takes_out:  # let the other takes come back first
-            await self._slots.wait_change()
-            return False, False
-        if self._failed:  # Redis error: pause, then try again
-            self._failed, self._dry_since = False, None
-            await wait_event(self.stopping, RETRY_PAUSE)
-            return False, False
-        landed_before, self._dry_since = self._dry_since or 0, None
+    async def _send_take(self) -> None:
+        """Reserve room and send a take, in a task of its own (none if the loop has
+        something else to do first)."""
+        size = await self._reserve_take()
+        if not size:
+            return
+        self._state.sent()
+        take = asyncio.get_running_loop().create_task(self._take(size, self._state.spend_wake()))
+        self._takes.add(take)
+        take.add_done_callback(self._takes.discard)
+        take.add_done_callback(_log_take_crash)
+
+    def _dried_up(self) -> int:
+        """The queue ran dry: say so (to a strict order); the acks landed by then."""
+        landed_before = self._state.end_dry_spell()
         self._set_dry(True)
-        if self.settings.burst:
-            return await self._drained(landed_before), False
-        woken = await self._wait_for_work()
-        self._probing = True
-        # A take that came back short meanwhile (the promoter's) said the queue was dry
-        # before this wake-up: the next take decides anew. (Left set, it sent the loop back
-        # to wait with the token spent and the job it announced still ready.)
-        self._dry_since = None
+        return landed_before
+
+    async def _wait_for_work(self) -> None:
+        """The queue ran dry: block until a job is announced (``idle``)."""
+        self._dried_up()
+        woken = await self._idle.wait()
+        self._state.woke(woken)
         if woken:
             self._set_dry(False)
-        return False, woken
 
     def _set_dry(self, dry: bool) -> None:
-        if dry != self.dry:
-            self.dry = dry
+        if dry != self._dry:
+            self._dry = dry
             if self._order is not None:
                 self._order.changed()
+
+    def _leads(self) -> bool:
+        """May this consumer be handed jobs whenever they come? Not behind another queue
+        in a strict order (that queue may have work by then)."""
+        return self._order is None or self._order.first() is self
 
     async def _reserve_take(self) -> int:
         """Wait for room for the next take (a chunk's worth while other takes are out, any
         room when none is) and reserve it; 0 when the loop has something else to do."""
-        slots = self._slots
-        while not (
-            self.stopping.is_set() or self._failed or self._dry_since is not None or self._held
-        ):
+        slots, state = self._slots, self._state
+        while not self.stopping.is_set() and state.step() is Step.TAKE:
             if self._order is not None and self._order.ahead_busy(self):
                 await self._order.wait(self.stopping)
                 continue
             chunk = min(MAX_TAKE, max(MIN_TAKE_CHUNK, slots.capacity // TAKES_IN_FLIGHT))
-            out = self._takes_out
-            limit = 1 if self._probing else TAKES_IN_FLIGHT
+            out = state.out
+            limit = 1 if state.probing else TAKES_IN_FLIGHT
             if out < limit and slots.room >= (chunk if out else 1):
                 return slots.reserve(chunk)
             if not out and not self._acks.held and slots.reserve_beyond():
@@ -189,7 +195,7 @@ class QueueConsumer(Component):
         if not room and not behind and not self.stopping.is_set() and not self._acks.held:
             room = self._slots.reserve_beyond()  # (as _reserve_take: a due job goes ahead)
         if room:
-            self._takes_out += 1
+            self._state.sent()
             result = await self._take(room, woken=False, promote=limit)
             if result is not None:
                 return result.promoted
@@ -198,11 +204,10 @@ class QueueConsumer(Component):
     async def _take(self, limit: int, woken: bool, promote: int = 0) -> TakeResult | None:
         """One take call for ``limit`` reserved slots; admits the jobs it leases. None
         after an error (the fetch loop then pauses)."""
-        self._take_calls += 1
-        lease = f"{self._worker_id}:{self._take_calls}"
+        lease = self._tokens.mint()
         landed_before = self._acks.landed
         started = time.perf_counter()
-        forget, self._forget = self._forget, []
+        forget = self._tokens.to_forget()
         try:
             result = await scripts.take(
                 self.redis, self.keys, lease=lease, lease_ms=self.settings.lease_ms,
@@ -212,20 +217,13 @@ class QueueConsumer(Component):
             )  # fmt: skip
         except Exception as exc:  # RedisError, or a reply it could not parse
             logger.warning("taking jobs from %s failed: %s", self.keys.name, describe(exc))
-            self._forget += forget  # the next take forgets them (or they expire)
-            self._failed = True
-            self._takes_out -= 1
+            self._tokens.unsent(forget)  # the next call forgets them (or they expire)
+            self._state.take_failed()
             self._slots.unreserve(limit)
             return None
-        self._takes_out -= 1
-        self._forget.append(lease)  # its reply is here: a resend can no longer happen
+        self._tokens.replied(lease)  # its reply is here: a resend can no longer happen
         self._slots.size_lookahead(time.perf_counter() - started)
-        if result.held:  # the queue's limits keep the rest in ready for now
-            self._held, self._probing = result, True
-        elif len(result.jobs) == limit:
-            self._probing = False  # the queue has more: pipeline the takes
-        elif self._dry_since is None or landed_before < self._dry_since:
-            self._dry_since = landed_before
+        self._state.took(result, limit, landed_before)
         if result.held:  # for a strict queue order, the queues after it may take meanwhile
             self._set_dry(True)
         elif result.jobs:
@@ -239,118 +237,12 @@ class QueueConsumer(Component):
         """The queue's limits held jobs back: wait until its rate allows the next start
         (by the Redis clock), or, under its concurrency cap, until one of this worker's
         jobs of the queue ends (another worker's, at the next look)."""
-        held, self._held = self._held, None
-        assert held is not None
+        held = self._state.end_hold()
         if held.held != HELD_BY_CONCURRENCY:
             until = (held.held * 1000 - held.promoted.now_us) / 1e6
             await wait_event(self.stopping, min(max(until, HELD_SLEEP[0]), HELD_SLEEP[1]))
             return
-        self._acks.landing.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wait_first(self._acks.landing, self.stopping), HELD_LOOK)
-
-    async def _wait_for_work(self) -> bool:
-        """Block until a job is announced; True if a notify token was consumed.
-
-        While it has room, the consumer first offers to be handed the queue's next new job
-        (idle.lua): enqueue.lua then leases that job to it and pushes it onto the offer's
-        direct list, which this BLPOP also waits on (first of its keys: a job handed
-        before another was announced is popped first), so it starts one round trip after
-        it was enqueued instead of after a wake-up and a take. A handed job is admitted
-        and the consumer waits again, offering anew; any other wake-up withdraws the offer
-        before the take that follows (a job handed meanwhile comes back with the
-        withdrawal, ahead of what that take finds).
-        """
-        while True:
-            direct = await self._make_offer()
-            names = [*([direct] if direct else []), self.keys.notify, self._wake_key]
-            try:
-                popped = await self.redis.blpop(names, timeout=self.settings.idle_wait)
-            except CLIENT_FAILURES as exc:
-                logger.warning("waiting for jobs on %s failed: %s", self.keys.name, describe(exc))
-                await self._withdraw()
-                await wait_event(self.stopping, RETRY_PAUSE)
-                return False
-            if direct is None or popped is None or popped[0] != direct.encode():
-                await self._withdraw()
-                return popped is not None and popped[0] == self.keys.notify.encode()
-            token, self._offer = self._offer, None  # the enqueue took the offer
-            assert token is not None
-            self._forget.append(token)  # (as for a take whose reply was read)
-            self._admit_handed([(scripts.handed_job(cast("bytes", popped[1]), token), False)])
-            if self.stopping.is_set():
-                return False
-
-    async def _make_offer(self) -> str | None:
-        """Offer to be handed the next new job (see _wait_for_work) while the worker has a
-        free slot and no queue of it must go first (strict order); the offer's direct
-        list, or None. No slot is held for it (another queue of the worker may fill them
-        meanwhile: a handed job then waits for a slot like a job taken ahead)."""
-        if self.stopping.is_set() or self._slots.room < 1 or not self._leads():
-            return None
-        self._take_calls += 1
-        token = f"{self._worker_id}:{self._take_calls}"
-        hold = self.settings.idle_wait + OFFER_MARGIN
-        forget, self._forget = self._forget, []
-        self._offer = token  # from here on it may be out, reply or not
-        self._offer_lapses = asyncio.get_running_loop().time() + hold
-        try:
-            await scripts.idle(
-                self.redis, self.keys, token, lease_ms=self.settings.lease_ms,
-                hold_ms=int(hold * 1000), forget=forget,
-            )  # fmt: skip
-        except CLIENT_FAILURES as exc:
-            logger.warning("offering to take from %s failed: %s", self.keys.name, describe(exc))
-            self._forget += forget  # the next call forgets them (or they expire)
-            await self._withdraw()  # it may have been made: its reply was lost
-            return None
-        return self.keys.direct(token)
-
-    def _leads(self) -> bool:
-        """May this consumer be handed jobs whenever they come? Not behind another queue
-        in a strict order (that queue may have work by then)."""
-        return self._order is None or self._order.first() is self
-
-    async def _withdraw(self) -> None:
-        """Withdraw the offer that is out, if any, and admit what was handed to it. A
-        withdrawal is safe to resend: it is retried until it lands or the offer lapses
-        (after which nothing more can be handed to it; a job handed before is leased to
-        this worker, and reclaimed when that lease expires, as after a lost take), and
-        while stopping for STOP_WITHDRAWING at most (a stop is not held by a dead Redis)."""
-        token, self._offer = self._offer, None
-        if token is None:
-            return
-        loop = asyncio.get_running_loop()
-        lapses = self._offer_lapses
-        while True:
-            if self.stopping.is_set():
-                lapses = min(lapses, loop.time() + STOP_WITHDRAWING)
-            try:
-                handed = await scripts.idle(
-                    self.redis, self.keys, token, lease_ms=self.settings.lease_ms, hold_ms=0
-                )
-                break
-            except CLIENT_FAILURES as exc:
-                if loop.time() >= lapses:
-                    logger.warning(
-                        "withdrawing an offer on %s failed (it lapses by itself): %s",
-                        self.keys.name, describe(exc),
-                    )  # fmt: skip
-                    return
-                await asyncio.sleep(RETRY_PAUSE / 10)
-        self._forget.append(token)
-        self._admit_handed(handed)
-
-    def _admit_handed(self, handed: list[tuple[Taken, bool]]) -> None:
-        """Jobs handed to an offer: they start if a slot is free, else wait for one while
-        jobs end fast (a lookahead, as for jobs taken ahead); a worker that filled its
-        slots with long jobs since it offered gives them back to ready at once, for an
-        idle worker to take. One cancelled since it was handed (aborted) ends cancelled."""
-        for job, aborted in handed:
-            if aborted or (self._slots.room < 1 and not self._slots.lookahead):
-                self._inflight.refuse(job, self._acks, aborted=aborted)
-            else:
-                self._inflight.admit(job, self._acks, reserved=False)
+        await self._acks.next_landing(self.stopping, timeout=HELD_LOOK)
 
     async def _drained(self, landed_before: int) -> bool:
         """Burst mode: True once nothing is ready, running, unacked, or due.
@@ -362,8 +254,7 @@ class QueueConsumer(Component):
         if acks.landed != landed_before:
             return False
         if not acks.idle:
-            acks.landing.clear()
-            await wait_first(acks.landing, self.stopping)
+            await acks.next_landing(self.stopping)
             return False
         try:
             promoted = await scripts.promote(
@@ -376,7 +267,7 @@ class QueueConsumer(Component):
                 return False  # (the promoter may have just made a job ready)
             if await self._retries_pending(promoted.now_ms):
                 return False
-            if self.burst_busy is not None and await self.burst_busy():
+            if self._burst_busy is not None and await self._burst_busy():
                 await wait_event(self.stopping, BURST_LOOK)  # work elsewhere may come here
                 return False
             return True
@@ -390,45 +281,13 @@ class QueueConsumer(Component):
         acks = self._acks
         if not self.settings.wait_retries or not acks.retrying:
             return False
-        due = await reads.due_times(self.redis, self.keys, acks.retrying)
-        acks.retrying = set(due)
+        asked = set(acks.retrying)
+        due = await reads.due_times(self.redis, self.keys, asked)
+        acks.retries_gone(asked.difference(due))
         if due:
             until = (min(due.values()) - now_ms) / 1000
             await wait_event(self.stopping, min(RETRY_WAIT_MAX, max(0.0, until)))
         return bool(due)
-
-
-class StrictOrder:
-    """Strict priority between a worker's queues, in the order they were listed: a queue
-    takes only while every queue before it is dry (ran out of work, as its consumer
-    knows it). Running jobs are never preempted; this orders the takes."""
-
-    def __init__(self) -> None:
-        self._queues: list[QueueConsumer] = []
-        self._changed = asyncio.Event()
-
-    def append(self, consumer: QueueConsumer) -> None:
-        self._queues.append(consumer)
-
-    def first(self) -> QueueConsumer | None:
-        """The queue that goes before every other."""
-        return self._queues[0] if self._queues else None
-
-    def ahead_busy(self, consumer: QueueConsumer) -> bool:
-        for other in self._queues:
-            if other is consumer:
-                return False
-            if not (other.dry or other.stopping.is_set()):
-                return True
-        return False
-
-    def changed(self) -> None:
-        """A queue went dry, or got work: whoever waits behind it looks again."""
-        self._changed.set()
-
-    async def wait(self, stopping: asyncio.Event) -> None:
-        self._changed.clear()
-        await wait_first(self._changed, stopping)
 
 
 def _log_take_crash(take: asyncio.Task[TakeResult | None]) -> None:

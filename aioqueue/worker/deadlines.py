@@ -3,10 +3,15 @@
 ``asyncio.timeout`` per job costs a timer handle, a context manager and a cancelled entry
 left in the event loop's heap: about as much as running a no-op job. Here each job's
 deadline goes into one heap, one loop timer is armed for the earliest, and when it fires
-the overdue jobs are told (``time_out()``: the in-flight job cancels its handler and
-records why). Entries of jobs that finished in time are dropped lazily, and the heap is
-rebuilt when they outnumber the live ones, so its size stays proportional to the jobs
-running.
+the owner of the overdue jobs is told (``on_due``: ``InFlight.time_out``, which cancels
+the handler and records why).
+
+Deadlines keeps its own entries and writes nothing on a job. It reads the job's
+``deadline``, which the job's owner sets before ``watch`` and clears before ``unwatch``:
+an entry whose job has none finished in time. Such entries are dropped lazily, and the
+heap is rebuilt when they outnumber the live ones, so its size stays proportional to the
+jobs running. (Reading the owner's field, rather than keeping a set of live jobs, spares
+a set insert and removal per job.)
 """
 
 from __future__ import annotations
@@ -14,29 +19,34 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from typing import Protocol
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 class Deadlined(Protocol):
-    """A job with a deadline: ``deadline`` is event-loop time, None once unwatched."""
+    """A job as Deadlines reads it: its deadline (event-loop time) while it is watched."""
 
-    deadline: float | None
+    @property
+    def deadline(self) -> float | None: ...
 
-    def time_out(self) -> None: ...
+
+J = TypeVar("J", bound=Deadlined)
 
 
-class Deadlines:
-    """Tells each job when its deadline passes."""
+class Deadlines(Generic[J]):
+    """Reports each watched job to ``on_due`` when its deadline passes."""
 
-    def __init__(self) -> None:
-        self._heap: list[tuple[float, int, Deadlined]] = []
+    def __init__(self, on_due: Callable[[J], None]) -> None:
+        self._on_due = on_due
+        self._heap: list[tuple[float, int, J]] = []
         self._order = itertools.count()  # ties never compare jobs
-        self._live = 0
+        self._live = 0  # watched and not yet unwatched
         self._timer: asyncio.TimerHandle | None = None
 
-    def watch(self, job: Deadlined, deadline: float) -> None:
-        """Call ``job.time_out()`` at ``deadline`` (event-loop time) unless unwatch()ed."""
-        job.deadline = deadline
+    def watch(self, job: J, deadline: float) -> None:
+        """Report ``job`` at ``deadline`` (its ``deadline``) unless unwatch()ed first."""
         heapq.heappush(self._heap, (deadline, next(self._order), job))
         self._live += 1
         if self._timer is None or deadline < self._timer.when():
@@ -45,11 +55,10 @@ class Deadlines:
             self._heap = [entry for entry in self._heap if entry[2].deadline is not None]
             heapq.heapify(self._heap)
 
-    def unwatch(self, job: Deadlined) -> None:
-        """The handler returned or raised: its deadline no longer applies."""
-        if job.deadline is not None:
-            job.deadline = None
-            self._live -= 1
+    def unwatch(self, job: J) -> None:
+        """The handler returned or raised (its owner cleared its deadline): once per
+        watch()."""
+        self._live -= 1
 
     def _arm(self) -> None:
         if self._timer is not None:
@@ -66,5 +75,5 @@ class Deadlines:
         while heap and (heap[0][2].deadline is None or heap[0][0] <= now):
             _, _, job = heapq.heappop(heap)
             if job.deadline is not None:
-                job.time_out()
+                self._on_due(job)
         self._arm()

@@ -15,7 +15,7 @@ from .loops import Component, wait_event
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Mapping
 
-    from .inflight import RunningJob
+    from .running import RunningJob
 
 logger = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ class Promoter(Component):
 
     Its listen loop waits on the queue's schedule-wake list: a token there means an
     earlier job was scheduled (or a periodic spec added), so it re-reads the schedule and
-    tells its listeners (the queue's periodic scheduler).
+    tells ``on_wake`` (the queue's periodic scheduler, if any).
     """
 
     def __init__(
@@ -53,6 +53,7 @@ class Promoter(Component):
         worker_id: str,
         idle_wait: float,
         promote: Callable[[int], Awaitable[Promoted]] | None = None,
+        on_wake: Callable[[], None] | None = None,
     ) -> None:
         super().__init__()
         self._redis, self._keys = redis, keys
@@ -60,11 +61,7 @@ class Promoter(Component):
         self._promote = promote or self._promote_only
         self._idle_wait = idle_wait
         self._earlier = asyncio.Event()  # set when someone scheduled an earlier job
-        self._listeners: list[Callable[[], None]] = []
-
-    def on_wake(self, listener: Callable[[], None]) -> None:
-        """Also call ``listener`` when the queue's schedule-wake list gets a token."""
-        self._listeners.append(listener)
+        self._on_wake = on_wake  # told when the schedule-wake list gets a token
 
     def loops(self) -> list[Coroutine[Any, Any, None]]:
         return [self._promote_loop(), self._listen_loop()]
@@ -114,8 +111,8 @@ class Promoter(Component):
                 continue
             if popped is not None:
                 self._earlier.set()
-                for listener in self._listeners:
-                    listener()
+                if self._on_wake is not None:
+                    self._on_wake()
 
     async def _sleep(self, seconds: float) -> None:
         if seconds > 0:

@@ -3,9 +3,14 @@ arguments -> call the handler (through the middleware) -> hooks -> a Settlement.
 
 Every path ends in a Settlement for the ack script, so no input can crash a worker or
 vanish: bad payloads, unknown tasks and wrong arguments are buried with the reason;
-errors are retried by the task's policy and buried when attempts run out. How long the
-handler may run, and what an abort or a shutdown does to it, is the in-flight job's
-business (``inflight``): the runner only asks it to call the handler.
+errors are retried by the task's policy and buried when attempts run out.
+
+``run_job`` is a function from a job to its Settlement: it reads the job (``Run``: its
+Taken, its queue, whether it was settled without the run) and writes nothing on it. What
+it learns on the way it reports to the job's owner (``Owner``, the worker's ``InFlight``):
+the task the job starts as, and, with the handler's call, its task, timeout and context.
+How long the handler may run, and what an abort or a shutdown does to it, is the owner's
+business: the runner only asks it to call the handler.
 """
 
 from __future__ import annotations
@@ -18,14 +23,14 @@ import logging
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio.to_thread
 
 from ..core.errors import PayloadError, Retry, SerializationError, UnknownTask, describe
 from ..core.lifecycle import Settlement
 from ..core.middleware import JobContext, Middleware, call_hooks, enter_job, wrap
-from ..core.observers import JobWatchers, notify
+from ..core.observers import JobWatchers
 from ..core.payload import Payload, decode_inputs, encode_error, encode_result
 
 if TYPE_CHECKING:
@@ -35,7 +40,6 @@ if TYPE_CHECKING:
     from ..core.middleware import CallNext
     from ..core.tasks import Handler
     from .acks import Batcher
-    from .inflight import RunningJob
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +56,48 @@ class RunEnv:
     read_inputs: Callable[[str, bytes], Awaitable[Mapping[bytes, bytes]]] | None = None
 
 
+class Run(Protocol):
+    """A job as the runner sees it: read-only (its owner alone writes its state)."""
+
+    @property
+    def taken(self) -> Taken: ...
+
+    @property
+    def queue(self) -> str: ...
+
+    @property
+    def acks(self) -> Batcher: ...  # where its progress reports go
+
+    @property
+    def settled(self) -> bool: ...  # settled without the run (abandoned: its hooks ran then)
+
+    @property
+    def interrupted(self) -> bool: ...  # cancelled from outside its handler
+
+
+J = TypeVar("J", bound=Run)
+J_contra = TypeVar("J_contra", bound=Run, contravariant=True)
+
+
+class Owner(Protocol[J_contra]):
+    """What the runner reports to the owner of the job it runs, and asks of it."""
+
+    def observe(self, job: J_contra, task: str) -> None:
+        """The job starts as ``task``: tell the observers (called only when there are)."""
+
+    async def call_handler(
+        self,
+        job: J_contra,
+        call: CallNext,
+        task: Handler[..., Any],
+        timeout: float | None,
+        context: JobContext,
+    ) -> Any:
+        """Await ``call`` (the handler, through the middleware) under ``timeout``. Raises
+        what the handler raised; TimeoutError or HandlerTimeout when it ran out of time;
+        CancelledError when the job is interrupted otherwise."""
+
+
 class _Escaped(Exception):
     """A BaseException a sync handler raised in its thread, carried back as a plain
     exception: GeneratorExit or SystemExit must not travel through an asyncio Future."""
@@ -61,15 +107,15 @@ class _Escaped(Exception):
         self.original = original
 
 
-async def run_job(job: RunningJob, env: RunEnv) -> Settlement:
+async def run_job(job: J, env: RunEnv, owner: Owner[J]) -> Settlement:
     """Run one taken job to its Settlement. A CancelledError that the handler did not
-    raise itself (an abort, a shutdown) propagates: the in-flight job settles that."""
+    raise itself (an abort, a shutdown) propagates: the owner settles that."""
     taken = job.taken
-    found = _find(job, env)
+    found = _find(job, env, owner)
     if isinstance(found, Settlement):
         return found
     found_payload, task = found
-    _started(job, env, task.name)
+    _started(job, env, owner, task.name)
     if found_payload.inputs is not None:  # a workflow's parent
         checked = _checked(taken, task, await _with_inputs(job, env, task, found_payload))
     else:
@@ -77,31 +123,33 @@ async def run_job(job: RunningJob, env: RunEnv) -> Settlement:
     if isinstance(checked, Settlement):
         return checked
     payload = checked
-    job.task, job.timeout = task, payload.timeout or task.options.timeout
-    job.context = context = _context(taken, job.queue, task, env, payload.headers, job)
+    timeout = payload.timeout or task.options.timeout
+    context = _context(taken, job.queue, task, env, payload.headers, job.acks)
     enter_job(context)
     call = _handler_call(task, payload)
     if env.middleware:
         call = wrap(env.middleware, context, call)
     started = time.perf_counter() if logger.isEnabledFor(logging.DEBUG) else 0.0
     try:
-        result = await job.call_handler(call)
+        result = await owner.call_handler(job, call, task, timeout, context)
         data = encode_result(result)
     except asyncio.CancelledError as exc:
         if job.interrupted:
             raise
-        return await _failed(job, exc)  # raised by the handler itself
+        return await _failed(job, task, context, exc)  # raised by the handler itself
     except SerializationError as exc:
-        return await _ended(job, bury(taken, "SerializationError", str(exc)), exc)
+        settlement = bury(taken, "SerializationError", str(exc))
+        return await _ended(job, task, context, settlement, exc)
     except BaseException as exc:
-        return await _failed(job, exc)
+        return await _failed(job, task, context, exc)
     if started:
         elapsed = time.perf_counter() - started
         logger.debug("job %s (%s) complete in %.3fs", taken.job_id, task.name, elapsed)
-    return await _ended(job, Settlement(taken.id, taken.lease, "complete", data), result)
+    settlement = Settlement(taken.id, taken.lease, "complete", data)
+    return await _ended(job, task, context, settlement, result)
 
 
-def _find(job: RunningJob, env: RunEnv) -> tuple[Payload, Handler[..., Any]] | Settlement:
+def _find(job: J, env: RunEnv, owner: Owner[J]) -> tuple[Payload, Handler[..., Any]] | Settlement:
     """The job's payload and task, or how it ends without running: expired, or buried
     (an undecodable payload, a task this worker lacks)."""
     taken, payload = job.taken, None
@@ -113,7 +161,7 @@ def _find(job: RunningJob, env: RunEnv) -> tuple[Payload, Handler[..., Any]] | S
         if task is None:
             raise UnknownTask(payload.task)
     except (PayloadError, UnknownTask) as exc:
-        _started(job, env, payload.task if payload else "?")
+        _started(job, env, owner, payload.task if payload else "?")
         return bury(taken, type(exc).__name__, str(exc))
     return payload, task
 
@@ -132,7 +180,7 @@ def _checked(
 
 
 async def _with_inputs(
-    job: RunningJob, env: RunEnv, task: Handler[..., Any], payload: Payload
+    job: Run, env: RunEnv, task: Handler[..., Any], payload: Payload
 ) -> Payload | Settlement:
     """A workflow's parent: its children's outcomes become its first argument."""
     if env.read_inputs is None or payload.inputs is None:  # (no Redis: a test's runner)
@@ -148,19 +196,22 @@ async def _with_inputs(
     return dataclasses.replace(payload, args=(inputs, *payload.args))
 
 
-async def _failed(job: RunningJob, exc: BaseException) -> Settlement:
-    if job.settled or job.task is None:  # abandoned meanwhile: settled (and logged) without it
+async def _failed(
+    job: Run, task: Handler[..., Any], context: JobContext, exc: BaseException
+) -> Settlement:
+    if job.settled:  # abandoned meanwhile: settled (and logged) without it
         return Settlement(job.taken.id, job.taken.lease, "release")
-    return await _ended(job, failed(job.taken, job.task, exc), exc)
+    return await _ended(job, task, context, failed(job.taken, task, exc), exc)
 
 
-async def _ended(job: RunningJob, settlement: Settlement, outcome: Any) -> Settlement:
+async def _ended(
+    job: Run, task: Handler[..., Any], context: JobContext, settlement: Settlement, outcome: Any
+) -> Settlement:
     """The hooks of how the run ended, unless the job was settled without it (abandoned
-    past its timeout: its hooks ran then). The in-flight job ignores a settled job's
-    Settlement."""
-    if job.settled or job.task is None or job.context is None:
+    past its timeout: its hooks ran then). The owner ignores a settled job's Settlement."""
+    if job.settled:
         return settlement
-    return await run_hooks(job.task, job.context, settlement, outcome)
+    return await run_hooks(task, context, settlement, outcome)
 
 
 async def run_hooks(
@@ -183,13 +234,10 @@ async def run_hooks(
     return settlement
 
 
-def _started(job: RunningJob, env: RunEnv, task: str) -> None:
-    """Tell the observers (if any) that the job starts."""
-    started, ended = env.watchers.started, env.watchers.ended
-    if started or ended:
-        job.observed_as = task
-        if started:
-            notify(started, job.event())
+def _started(job: J, env: RunEnv, owner: Owner[J], task: str) -> None:
+    """Tell the observers (if any: a truth test per job) that the job starts."""
+    if env.watchers.started or env.watchers.ended:
+        owner.observe(job, task)
 
 
 def _context(
@@ -198,12 +246,12 @@ def _context(
     task: Handler[..., Any],
     env: RunEnv,
     headers: Mapping[str, str] | None = None,
-    job: RunningJob | None = None,
+    acks: Batcher | None = None,
 ) -> JobContext:
     max_attempts = taken.max_attempts or task.options.max_attempts
     # Not a partial of the job: the job holds its context, and that cycle would leave every
     # finished job to the garbage collector (measured: ~2 us per no-op job).
-    report = None if job is None else functools.partial(_report_progress, job.acks, job.taken)
+    report = None if acks is None else functools.partial(_report_progress, acks, taken)
     return JobContext(
         taken.job_id, queue, task.name, taken.attempts, max_attempts, env.state,
         headers or {}, report,

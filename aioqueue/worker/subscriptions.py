@@ -273,13 +273,14 @@ class TopicConsumer(Component):
         return Taken(batch_id, payload, min(m.attempts for m in members), 0, lease)
 
     def _bury(self, entry_id: bytes, attempts: int, error: bytes) -> None:
+        """An entry that is no aioqueue message: dead-lettered by the in-flight jobs'
+        owner, which alone settles (it never runs, so it is none of the outcomes)."""
         taken = Taken(entry_id, b"", attempts, 0, self.consumer)
-        self._acks.hold(taken)
         logger.warning(
             "message %s of %s dead-lettered: %s", taken.job_id, self._acks.name,
             orjson.loads(error)["message"],
         )  # fmt: skip
-        self._acks.settle(Settlement(entry_id, self.consumer, "bury", error))
+        self._inflight.reject(taken, self._acks, error)
 
     async def _drained(self) -> bool:
         """Burst mode: True once nothing new is there, nothing held is unsettled, and the
@@ -287,8 +288,7 @@ class TopicConsumer(Component):
         ``wait_retries``, pending messages do not hold a burst worker)."""
         acks = self._acks
         if not acks.idle:
-            acks.landing.clear()
-            await wait_event(acks.landing, MAINTAIN_EVERY)
+            await acks.next_landing(timeout=MAINTAIN_EVERY)
             return False
         if not self.settings.wait_retries:
             return True

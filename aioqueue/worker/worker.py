@@ -1,14 +1,16 @@
 """Worker: runs the jobs of one or more queues with bounded concurrency.
 
-A worker is the list of components it runs (``start``), each owning its loops, its
-wake-up tokens and its keys, and stopped in three groups (``stop``):
+A worker is the list of components it runs, each owning its loops, its wake-up tokens,
+its keys and its state. ``start`` builds them once Redis answers, each given its
+collaborators, and starts them; ``stop`` stops them in three groups:
 
   intake      per queue: the consumer (takes jobs), the promoter (delayed jobs fall due),
-              the periodic scheduler (cron and interval ticks)
-  settling    the in-flight jobs (run each job, settle it once), then per queue the ack
-              batcher (holds the leases, acks in batches)
-  background  lease renewal and reclaim, abort listener, loop-lag monitor, dead-letter
-              retention, heartbeat
+              the periodic scheduler (cron and interval ticks); per subscriber group: its
+              topic consumer
+  settling    the in-flight jobs (the one owner of each job: runs it, settles it once),
+              then the ack batchers (hold the leases, ack in batches)
+  background  hand-offs, lease renewal and reclaim, abort listener, loop-lag monitor,
+              dead-letter retention, heartbeat
 
 One job's path: ``consumer`` takes it -> ``inflight`` admits it into a slot and runs it
 through ``runner`` -> its Settlement goes to its queue's ``acks`` -> ``ack.lua``.
@@ -23,6 +25,7 @@ import os
 import secrets
 import signal
 import socket
+from collections import Counter
 from typing import TYPE_CHECKING, Any, Protocol
 
 from redis.exceptions import AuthenticationError, NoPermissionError
@@ -36,13 +39,14 @@ from ..core.settings import WORKER_DEFAULTS, WorkerSettings, mask_url
 from ..store import reads, stored_limits
 from .aborts import AbortListener
 from .acks import AckBatcher
-from .consumer import QueueConsumer, StrictOrder
+from .consumer import QueueConsumer
 from .delivery import HandOff
 from .heartbeat import Heartbeat
 from .inflight import InFlight
 from .leases import LeaseKeeper
 from .looplag import LoopLagMonitor
 from .loops import Component, stop_all, wait_event
+from .order import StrictOrder
 from .promoter import Promoter
 from .retention import DeadLetterTrimmer
 from .runner import RunEnv
@@ -50,7 +54,6 @@ from .scheduler import PeriodicScheduler
 from .subscriptions import TopicAcks, TopicConsumer
 
 if TYPE_CHECKING:
-    from collections import Counter
     from collections.abc import Mapping, Sequence
     from types import TracebackType
 
@@ -122,24 +125,15 @@ class Worker:
         self.registry = registry = app.registry
         self._serve_subscribers = subscribers
         self.settings = WorkerSettings(
-            queues=tuple(queues or registry.queue_names()),
-            concurrency=concurrency,
-            lease=lease,
-            grace=grace,
-            burst=burst,
-            wait_retries=wait_retries,
-            idle_wait=idle_wait,
-            reclaim_interval=reclaim_interval,
-            priority_mode=priority_mode,
-            priority_weights=priority_weights,
-            loop_lag_warning=loop_lag_warning,
-            queue_order=queue_order,
-        )
+            queues=tuple(queues or registry.queue_names()), concurrency=concurrency,
+            lease=lease, grace=grace, burst=burst, wait_retries=wait_retries,
+            idle_wait=idle_wait, reclaim_interval=reclaim_interval,
+            priority_mode=priority_mode, priority_weights=priority_weights,
+            loop_lag_warning=loop_lag_warning, queue_order=queue_order,
+        )  # fmt: skip
         self.id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self.state: dict[str, Any] = {}  # shared resources from the app's startup hooks
-        self._inflight = InFlight(
-            RunEnv(registry.find_task, (), self.state), concurrency=concurrency
-        )
+        self._inflight: InFlight | None = None  # built by start(), with the other components
         self._burst_watch: asyncio.Task[None] | None = None
         self._consumers: list[QueueConsumer | TopicConsumer] = []
         self._order = StrictOrder() if self.settings.queue_order == "strict" else None
@@ -159,12 +153,12 @@ class Worker:
     @property
     def running(self) -> int:
         """How many jobs are running now."""
-        return len(self._inflight.running)
+        return len(self._inflight.running) if self._inflight is not None else 0
 
     @property
     def outcomes(self) -> Counter[str]:
         """Settlements by outcome (complete, retry, bury, fail, abort, release)."""
-        return self._inflight.outcomes
+        return self._inflight.outcomes if self._inflight is not None else Counter()
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -177,22 +171,10 @@ class Worker:
         if redis is None:  # asked to stop before Redis answered
             self._stopped = True
             return
-        registry, prefix = self.registry, self._host.settings.prefix
-        for hook in registry.startup_hooks:
+        for hook in self.registry.startup_hooks:
             await hook(self.state)
-        self._inflight.env = RunEnv(
-            registry.find_task, tuple(registry.middleware), self.state,
-            JobWatchers.of(registry.observers), functools.partial(reads.inputs, redis, prefix),
-        )  # fmt: skip
-        queues = [QueueKeys.for_queue(prefix, name) for name in self.settings.queues]
-        for keys in queues:
-            await self._apply_declared_limits(redis, keys)
-            self._add_queue(redis, keys)
-        if self._serve_subscribers:
-            for subscriber in registry.subscribers.values():
-                self._add_subscriber(redis, subscriber)
-        self._background = self._background_components(redis, queues)
-        settling = (self._inflight, *self._acks, *self._topic_acks)
+        inflight = await self._compose(redis)
+        settling = (inflight, *self._acks, *self._topic_acks)
         for component in (*self._intake, *settling, *self._background):
             component.start()
         if self.settings.burst:
@@ -204,6 +186,28 @@ class Worker:
             "worker %s serving %s with concurrency %d", self.id, served,
             self.settings.concurrency,
         )  # fmt: skip
+
+    async def _compose(self, redis: Redis) -> InFlight:
+        """Build the components, now that their inputs exist (a client; the middleware and
+        observers as the startup hooks left them); returns the in-flight jobs' owner."""
+        registry, prefix = self.registry, self._host.settings.prefix
+        env = RunEnv(
+            registry.find_task, tuple(registry.middleware), self.state,
+            JobWatchers.of(registry.observers), functools.partial(reads.inputs, redis, prefix),
+        )  # fmt: skip
+        inflight = self._inflight = InFlight(env, concurrency=self.settings.concurrency)
+        queues = [QueueKeys.for_queue(prefix, name) for name in self.settings.queues]
+        handoff = self._handoff = HandOff(
+            redis, prefix, queues, result_ttl_ms=self._host.settings.result_ttl_ms
+        )
+        for keys in queues:
+            await self._apply_declared_limits(redis, keys)
+            self._add_queue(redis, keys, inflight, handoff)
+        if self._serve_subscribers:
+            for subscriber in registry.subscribers.values():
+                self._add_subscriber(redis, subscriber, inflight)
+        self._background = [handoff, *self._background_components(redis, queues, inflight)]
+        return inflight
 
     async def _reach_redis(self) -> Redis | None:
         """The app's client once Redis answers: a worker started while Redis is down (or
@@ -235,7 +239,9 @@ class Worker:
             await stored_limits.write(redis, keys, declared)
             logger.info("queue %s: limits %s, as its task declares", keys.name, declared.describe())
 
-    def _add_queue(self, redis: Redis, keys: QueueKeys) -> None:
+    def _add_queue(
+        self, redis: Redis, keys: QueueKeys, inflight: InFlight, handoff: HandOff
+    ) -> None:
         """The components of one queue: its ack batcher, consumer, promoter and (unless
         bursting) periodic scheduler."""
         settings, app_settings = self.settings, self._host.settings
@@ -244,53 +250,47 @@ class Worker:
             kept_ms=app_settings.idempotency_ttl_ms, keep_payload=app_settings.keep_payload,
             history_ms=app_settings.history_ms,
             track_retries=settings.burst and settings.wait_retries,
+            on_handoff=handoff.wake.set,
         )  # fmt: skip
         consumer = QueueConsumer(
-            redis, acks, self._inflight, settings=settings,
+            redis, acks, inflight, settings=settings,
             result_ttl_ms=app_settings.result_ttl_ms, worker_id=self.id, order=self._order,
             due_first=keys.name in app_settings.due_first,
             span_ms=app_settings.idempotency_ttl_ms,
+            burst_busy=self._burst_busy if settings.burst else None,
         )  # fmt: skip
-        promoter = Promoter(
-            redis, keys, worker_id=self.id, idle_wait=settings.idle_wait,
-            promote=consumer.promote_due,
-        )  # fmt: skip
-        self._acks.append(acks)
-        if settings.burst:
-            consumer.burst_busy = self._burst_busy
-        self._consumers.append(consumer)
-        self._intake += (consumer, promoter)
+        periodic = None
         if not settings.burst:
             periodic = PeriodicScheduler(
                 redis, keys, declared=self.registry.declared_periodic(keys.name),
                 max_payload_bytes=app_settings.max_payload_bytes,
                 span_ms=app_settings.idempotency_ttl_ms,
             )  # fmt: skip
-            promoter.on_wake(periodic.wake)
-            self._intake.append(periodic)
+        promoter = Promoter(
+            redis, keys, worker_id=self.id, idle_wait=settings.idle_wait,
+            promote=consumer.promote_due, on_wake=periodic.wake if periodic else None,
+        )  # fmt: skip
+        self._acks.append(acks)
+        self._consumers.append(consumer)
+        self._intake += (consumer, promoter, *([periodic] if periodic else []))
 
-    def _add_subscriber(self, redis: Redis, subscriber: Subscriber) -> None:
+    def _add_subscriber(self, redis: Redis, subscriber: Subscriber, inflight: InFlight) -> None:
         """The components of one topic's subscriber group: its acks and its consumer."""
         keys = TopicKeys.of(self._host.settings.prefix, subscriber.topic)
         acks = TopicAcks(
             redis, keys, subscriber.group, self.id, lease_ms=self.settings.lease_ms,
             options=subscriber.task.options,
         )  # fmt: skip
-        consumer = TopicConsumer(redis, acks, self._inflight, subscriber, settings=self.settings)
+        consumer = TopicConsumer(redis, acks, inflight, subscriber, settings=self.settings)
         self._topic_acks.append(acks)
         self._consumers.append(consumer)
         self._intake.append(consumer)
 
-    def _background_components(self, redis: Redis, queues: list[QueueKeys]) -> list[Component]:
+    def _background_components(
+        self, redis: Redis, queues: list[QueueKeys], inflight: InFlight
+    ) -> list[Component]:
         settings, app_settings = self.settings, self._host.settings
-        inflight = self._inflight
-        handoff = self._handoff = HandOff(
-            redis, app_settings.prefix, queues, result_ttl_ms=app_settings.result_ttl_ms
-        )
-        for acks in self._acks:
-            acks.on_handoff = handoff.wake.set
         return [
-            handoff,
             LeaseKeeper(
                 self._acks, lease_ms=settings.lease_ms, reclaim_interval=settings.reclaim_interval,
                 default_max_attempts=app_settings.default_max_attempts,
@@ -339,13 +339,14 @@ class Worker:
         self._stop_requested.set()
 
     def _on_signal(self, sig: signal.Signals) -> None:
-        if self._stop_requested.is_set():
-            logger.warning("second %s: cancelling running jobs now", sig.name)
-            self._force = True
-            self._inflight.cancel_all()
+        if not self._stop_requested.is_set():
+            logger.info("%s: stopping (grace %.1fs)", sig.name, self.settings.grace)
+            self.request_stop()
             return
-        logger.info("%s: stopping (grace %.1fs)", sig.name, self.settings.grace)
-        self.request_stop()
+        logger.warning("second %s: cancelling running jobs now", sig.name)
+        self._force = True
+        if self._inflight is not None:
+            self._inflight.cancel_all()
 
     async def stop(self) -> None:
         """Stop gracefully; every job ends settled or back in ready, never lost."""
@@ -353,11 +354,13 @@ class Worker:
             return
         self._stopped = True
         self._stop_requested.set()
-        self._inflight.stop_taking()
-        await stop_all(self._intake)
-        await self._inflight.finish(grace=self.settings.grace, force=self._force)
-        await stop_all([*self._acks, *self._topic_acks])
-        await stop_all([self._inflight, *self._background])
+        inflight = self._inflight
+        if inflight is not None:  # (None if start() failed before building it)
+            inflight.stop_taking()
+            await stop_all(self._intake)
+            await inflight.finish(grace=self.settings.grace, force=self._force)
+            await stop_all([*self._acks, *self._topic_acks])
+            await stop_all([inflight, *self._background])
         for hook in reversed(self.registry.shutdown_hooks):
             try:
                 await hook(self.state)
@@ -369,7 +372,7 @@ class Worker:
         """Burst mode: may work still to come make jobs ready on a queue found dry? A job
         running or unacked (a workflow's child, whose parent may be on another queue), or
         an outcome still to hand off."""
-        if self._inflight.running or not all(acks.idle for acks in self._acks):
+        if self.running or not all(acks.idle for acks in self._acks):
             return True
         return self._handoff is not None and await self._handoff.pending()
 

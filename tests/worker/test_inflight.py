@@ -1,10 +1,12 @@
 """A job in flight (units): one interrupt reason, the strongest winning, decides how an
-interrupted run is settled; a timeout's own cancellation is taken back once."""
+interrupted run is settled; a timeout's own cancellation is taken back once. Every reason
+goes through the job's one owner (``InFlight``), which alone writes the job's state."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Coroutine
 from typing import Any
 
 import orjson
@@ -15,23 +17,43 @@ import aioqueue
 from aioqueue.core.errors import HandlerTimeout
 from aioqueue.core.keys import QueueKeys
 from aioqueue.core.lifecycle import Taken
+from aioqueue.core.middleware import JobContext
 from aioqueue.worker.acks import AckBatcher
-from aioqueue.worker.deadlines import Deadlines
-from aioqueue.worker.inflight import Interrupt, RunningJob
+from aioqueue.worker.inflight import InFlight
+from aioqueue.worker.runner import RunEnv
+from aioqueue.worker.running import Interrupt, RunningJob, interrupted_settlement
+
+APP = aioqueue.App(redis_url="redis://127.0.0.1:1")
+
+
+@APP.task
+async def stuck() -> None: ...
+
+
+CONTEXT = JobContext("j", "q", stuck.name, 1, 1, {})
 
 
 def make_job(
     task: aioqueue.Task[..., Any] | None = None, timeout: float | None = None
 ) -> RunningJob:
     acks = AckBatcher(Redis(), QueueKeys.for_queue("p", "q"), result_ttl_ms=0)
-    job = RunningJob(Taken(b"j", b"{}", 1, 1, "w:1"), acks, Deadlines())
+    job = RunningJob(Taken(b"j", b"{}", 1, 1, "w:1"), acks)
     job.task, job.timeout = task, timeout
     return job
 
 
-async def run_as_job(job: RunningJob, call: Any) -> asyncio.Task[Any]:
-    """Run ``job.call_handler(call)`` in a task that is the job's own handle."""
-    task = asyncio.ensure_future(job.call_handler(call))
+def owner() -> InFlight:
+    return InFlight(RunEnv(APP.registry.find_task), concurrency=1)
+
+
+def call_handler(inflight: InFlight, job: RunningJob, call: Any) -> Coroutine[Any, Any, Any]:
+    """What the runner asks of the owner: call the handler under the job's timeout."""
+    return inflight.call_handler(job, call, stuck, job.timeout, CONTEXT)
+
+
+async def run_as_job(inflight: InFlight, job: RunningJob, call: Any) -> asyncio.Task[Any]:
+    """Run the handler's call in a task that is the job's own handle."""
+    task = asyncio.ensure_future(call_handler(inflight, job, call))
     job.handle = task
     await asyncio.sleep(0)  # let the handler start
     return task
@@ -54,10 +76,10 @@ async def forever() -> None:
 async def test_the_strongest_interrupt_wins(
     first: Interrupt, then: Interrupt, kept: Interrupt
 ) -> None:
-    job = make_job()
-    task = await run_as_job(job, forever)
-    job.cancel(first)
-    job.cancel(then)
+    inflight, job = owner(), make_job()
+    task = await run_as_job(inflight, job, forever)
+    inflight.interrupt(job, first)
+    inflight.interrupt(job, then)
     with pytest.raises(asyncio.CancelledError):
         await task
     assert job.interrupt is kept
@@ -65,11 +87,6 @@ async def test_the_strongest_interrupt_wins(
 
 
 async def test_each_interrupt_settles_its_own_way() -> None:
-    app = aioqueue.App(redis_url="redis://127.0.0.1:1")
-
-    @app.task
-    async def stuck() -> None: ...
-
     expected = {
         None: "release",
         Interrupt.TIMEOUT: "release",  # its handler ended by the timeout: the runner decides
@@ -80,30 +97,30 @@ async def test_each_interrupt_settles_its_own_way() -> None:
     for reason, outcome in expected.items():
         job = make_job(stuck, timeout=1.0)
         job.interrupt = reason
-        settlement = job.interrupted_settlement()
+        settlement = interrupted_settlement(job)
         assert settlement.outcome == outcome, reason
         if reason is Interrupt.OVERDUE:
             assert orjson.loads(settlement.data)["type"] == "HandlerTimeout"
 
 
 async def test_a_timeout_after_an_abort_changes_nothing() -> None:
-    job = make_job()
-    task = await run_as_job(job, forever)
-    job.cancel(Interrupt.ABORT)
-    job.time_out()
+    inflight, job = owner(), make_job()
+    task = await run_as_job(inflight, job, forever)
+    inflight.interrupt(job, Interrupt.ABORT)
+    inflight.time_out(job)
     with pytest.raises(asyncio.CancelledError):
         await task
     assert job.interrupt is Interrupt.ABORT
 
 
 async def test_a_timeout_is_a_timeout_error_and_its_cancellation_is_taken_back() -> None:
-    job = make_job(timeout=0.01)
+    inflight, job = owner(), make_job(timeout=0.01)
     outcome: list[BaseException] = []
 
     async def own_task() -> None:
         job.handle = asyncio.current_task()
         try:
-            await job.call_handler(forever)
+            await call_handler(inflight, job, forever)
         except TimeoutError as exc:
             outcome.append(exc)
         assert job.handle is not None and job.handle.cancelling() == 0
@@ -115,7 +132,7 @@ async def test_a_timeout_is_a_timeout_error_and_its_cancellation_is_taken_back()
 
 
 async def test_a_handler_that_swallows_its_timeout_fails_with_handler_timeout() -> None:
-    job = make_job(timeout=0.01)
+    inflight, job = owner(), make_job(timeout=0.01)
 
     async def swallows() -> str:
         with contextlib.suppress(asyncio.CancelledError):
@@ -125,17 +142,17 @@ async def test_a_handler_that_swallows_its_timeout_fails_with_handler_timeout() 
     async def own_task() -> None:
         job.handle = asyncio.current_task()
         with pytest.raises(HandlerTimeout):
-            await job.call_handler(swallows)
+            await call_handler(inflight, job, swallows)
         assert job.handle is not None and job.handle.cancelling() == 0
 
     await asyncio.wait_for(own_task(), 5)
 
 
 async def test_settled_jobs_are_not_cancelled() -> None:
-    job = make_job()
-    task = await run_as_job(job, forever)
+    inflight, job = owner(), make_job()
+    task = await run_as_job(inflight, job, forever)
     job.settled = True
-    job.cancel(Interrupt.ABORT)
+    inflight.interrupt(job, Interrupt.ABORT)
     assert job.interrupt is None and not task.cancelled()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -40,7 +40,7 @@ def _consumer(worker: aioqueue.Worker, queue: str = "default") -> QueueConsumer:
 
 
 async def test_forget_list_stays_bounded_while_every_job_is_handed(app: aioqueue.App) -> None:
-    """A handed job's token goes on the consumer's ``_forget`` list, which only a take
+    """A handed job's token goes on the consumer's list of tokens to forget, which only a take
     emptied; a worker that keeps up with its traffic is handed every job and never
     takes, so the list (and the ``take:<token>`` lists in Redis) grew without bound, and
     the next take carried them all in one script call. Each offer now forgets them."""
@@ -61,7 +61,7 @@ async def test_forget_list_stays_bounded_while_every_job_is_handed(app: aioqueue
             job = await noop.enqueue(n)
             await job.result(timeout=5)
         await wait_until(offered)
-        forget = len(_consumer(worker)._forget)
+        forget = _consumer(worker)._tokens.unforgotten
         lingering = len(await redis.keys(f"{keys.taken_prefix}*"))
     assert forget <= 4, f"{forget} lease tokens kept to forget after 40 handed jobs"
     assert lingering <= 4, f"{lingering} take:<token> lists left in Redis"
@@ -162,7 +162,7 @@ async def test_a_handed_job_flagged_aborted_ends_cancelled_without_running(
         assert await redis.hget(keys.job(job.id), "w") == token.encode()
         await scripts.cancel(redis, keys, job.id, result_ttl_ms=60_000)  # ... then cancelled
         handed = await scripts.idle(redis, keys, token, lease_ms=LEASE_MS, hold_ms=0)
-        consumer._admit_handed(handed)  # what the consumer's withdrawal does with them
+        consumer._idle.admit_handed(handed)  # what the consumer's withdrawal does with them
         with pytest.raises(aioqueue.JobCancelled):
             await job.result(timeout=5)
     assert ran == []
@@ -397,7 +397,7 @@ async def test_an_offer_made_with_room_is_not_handed_a_job_once_the_worker_is_fu
 async def test_stop_is_not_held_by_a_withdrawal_retried_for_idle_wait(
     app: aioqueue.App, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """_withdraw retries for idle_wait + OFFER_MARGIN measured from its first attempt, and
+    """A withdrawal retries for idle_wait + OFFER_MARGIN measured from its first attempt, and
     does not look at ``stopping``: with Redis failing the withdrawal, Worker.stop() waits
     that long (62 s at idle_wait=60). Here idle_wait=6: the stop took ~8 s."""
     real_idle = scripts.idle

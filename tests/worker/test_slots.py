@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -17,7 +18,9 @@ from aioqueue.core.lifecycle import Taken
 from aioqueue.worker import slots as slots_module
 from aioqueue.worker.acks import AckBatcher
 from aioqueue.worker.deadlines import Deadlines
-from aioqueue.worker.inflight import Interrupt, RunningJob
+from aioqueue.worker.inflight import InFlight
+from aioqueue.worker.runner import RunEnv
+from aioqueue.worker.running import Interrupt, RunningJob
 from aioqueue.worker.slots import Slots
 from tests.helpers import counts, wait_until
 
@@ -118,31 +121,57 @@ async def test_waiting_jobs_can_be_taken_back_by_match_or_age(
 # -- Deadlines ----------------------------------------------------------------------------
 
 
-def running_job(n: int, deadlines: Deadlines) -> RunningJob:
-    acks = AckBatcher(Redis(), QueueKeys.for_queue("p", "q"), result_ttl_ms=0)
-    return RunningJob(Taken(str(n).encode(), b"{}", 1, 1, "lease"), acks, deadlines)
+@dataclass(eq=False)
+class Timed:
+    """A job as its owner keeps it for Deadlines: its deadline while watched."""
+
+    name: str
+    deadline: float | None = None
 
 
-async def test_deadlines_cancel_only_overdue_handlers() -> None:
-    deadlines = Deadlines()
-    never = asyncio.Event()
-    jobs = [running_job(n, deadlines) for n in range(3)]
-    handles: list[asyncio.Task[None]] = []
-    for job in jobs:
-        handle = asyncio.create_task(_wait(never))
-        job.handle = handle
-        handles.append(handle)
+def watch(deadlines: Deadlines[Timed], job: Timed, deadline: float) -> None:
+    job.deadline = deadline  # (what the owner does)
+    deadlines.watch(job, deadline)
+
+
+def unwatch(deadlines: Deadlines[Timed], job: Timed) -> None:
+    job.deadline = None
+    deadlines.unwatch(job)
+
+
+async def test_deadlines_report_only_overdue_jobs() -> None:
+    due: list[str] = []
+    reported = asyncio.Event()
+
+    def on_due(job: Timed) -> None:
+        due.append(job.name)
+        reported.set()
+
+    deadlines: Deadlines[Timed] = Deadlines(on_due)
+    first, finished, later = Timed("first"), Timed("finished"), Timed("later")
     loop = asyncio.get_running_loop()
-    deadlines.watch(jobs[0], loop.time() + 0.05)
-    deadlines.watch(jobs[1], loop.time() + 0.05)
-    deadlines.watch(jobs[2], loop.time() + 60)
-    deadlines.unwatch(jobs[1])  # finished in time
+    watch(deadlines, first, loop.time() + 0.05)
+    watch(deadlines, finished, loop.time() + 0.05)
+    watch(deadlines, later, loop.time() + 60)
+    unwatch(deadlines, finished)  # finished in time
+    await asyncio.wait_for(reported.wait(), 5)
+    assert due == ["first"]  # (the finished one, due as early, was looked at in that pass)
+
+
+async def test_a_deadline_cancels_its_handler_through_the_owner() -> None:
+    """The owner hears of the deadline and cancels the job's handler with its reason."""
+    inflight = InFlight(RunEnv(lambda name: None), concurrency=1)
+    acks = AckBatcher(Redis(), QueueKeys.for_queue("p", "q"), result_ttl_ms=0)
+    jobs = [RunningJob(Taken(str(n).encode(), b"{}", 1, 1, "lease"), acks) for n in range(2)]
+    never = asyncio.Event()
+    handles = [asyncio.create_task(_wait(never)) for _ in jobs]
+    for job, handle in zip(jobs, handles, strict=True):
+        job.handle = handle
+    inflight.time_out(jobs[0])
     await asyncio.wait_for(asyncio.wait([handles[0]]), 5)
-    assert handles[0].cancelled()
-    assert [job.interrupt for job in jobs] == [Interrupt.TIMEOUT, None, None]
-    assert not handles[1].done() and not handles[2].done()
-    for handle in handles[1:]:
-        handle.cancel()
+    assert handles[0].cancelled() and not handles[1].done()
+    assert [job.interrupt for job in jobs] == [Interrupt.TIMEOUT, None]
+    handles[1].cancel()
 
 
 async def _wait(event: asyncio.Event) -> None:
@@ -150,12 +179,12 @@ async def _wait(event: asyncio.Event) -> None:
 
 
 async def test_deadlines_of_finished_jobs_do_not_pile_up() -> None:
-    deadlines = Deadlines()
+    deadlines: Deadlines[Timed] = Deadlines(lambda job: None)
     loop = asyncio.get_running_loop()
     for n in range(10_000):
-        job = running_job(n, deadlines)
-        deadlines.watch(job, loop.time() + 300)
-        deadlines.unwatch(job)
+        job = Timed(str(n))
+        watch(deadlines, job, loop.time() + 300)
+        unwatch(deadlines, job)
     assert len(deadlines._heap) < 100  # rebuilt without the finished ones as it grows
 
 

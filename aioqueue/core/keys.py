@@ -342,6 +342,11 @@ class TopicKeys:
         """Pub/sub channel (not a key) on which acks wake ``wait_processed``."""
         return f"{self.base}:processed"
 
+    def wake(self, group: str, consumer: str) -> str:
+        """STREAM: one subscriber group's consumer's own wake stream (in the log's slot),
+        whose entry ends its blocking XREADGROUP at once (shutdown)."""
+        return f"{self.base}:wake:{group}:{consumer}"
+
 
 def member_groups(prefix: str, member: str) -> str:
     """The SET of groups ``member`` has joined (in the member's own slot)."""

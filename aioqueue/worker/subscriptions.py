@@ -142,8 +142,7 @@ class TopicConsumer(Component):
         self.redis, self.keys, self.settings = redis, acks.keys, settings
         self._acks, self._inflight, self._slots = acks, inflight, inflight.slots
         self.subscriber, self.group, self.consumer = subscriber, acks.group, acks.consumer
-        # Its own wake stream (in the log's slot): each group of a topic has one per worker.
-        self._wake = f"{self.keys.base}:wake:{self.group}:{self.consumer}"
+        self._wake = self.keys.wake(self.group, self.consumer)  # one per group and worker
         self._run_name = orjson.dumps(subscriber.run_name)
         self._batch = subscriber.batch or 1  # messages per run
         self._units_per_read = max(1, MAX_READ // self._batch)

@@ -28,9 +28,10 @@ from ..core.errors import ConfigError
 from ..core.keys import QueueKeys
 from ..core.lifecycle import LinkedJob
 from ..core.limits import QueueLimits, make_limits
-from ..store import heartbeats, reads, scripts, specs, stored_limits
+from ..store import heartbeats, reads, specs, stored_limits
 from ..store.batching import EnqueueBatcher
 from ..store.connection import failure
+from ..store.scripts import admin, links
 from . import enqueue
 from .enqueue import NO_OPTIONS, JobOptions
 from .job import Job
@@ -244,7 +245,7 @@ class Queue:
         key, window_ms = options.id or "", options.debounce_ms() or 0
         try:
             redis = await self._host.internal_client()
-            job_id, state = await scripts.debounce(redis, self.keys, key, new, window_ms=window_ms)
+            job_id, state = await admin.debounce(redis, self.keys, key, new, window_ms=window_ms)
         except RedisError as exc:
             raise self._failure(exc, [key]) from exc
         return Job(self, job_id, created=state == "scheduled")
@@ -261,7 +262,7 @@ class Queue:
     ) -> list[Enqueued]:
         """Write jobs of groups and workflows (``enqueue_linked.lua``); safe to repeat."""
         settings = self._host.settings
-        return await scripts.enqueue_linked(
+        return await links.enqueue_linked(
             await self._host.internal_client(), self.keys, jobs, seal=seal,
             span_ms=settings.idempotency_ttl_ms, result_ttl_ms=settings.result_ttl_ms,
         )  # fmt: skip
@@ -340,7 +341,7 @@ class Queue:
         (its asyncio task is cancelled on whichever worker runs it, and it ends as
         cancelled, not retried). True if the job was cancelled or its abort requested;
         False if it had finished already (or does not exist)."""
-        outcome, _ = await scripts.cancel(
+        outcome, _ = await admin.cancel(
             await self._host.client(),
             self.keys,
             job_id,
@@ -354,7 +355,7 @@ class Queue:
     ) -> bool:
         """Move a scheduled job to a new time (O(log n)); False if it is not scheduled."""
         when = JobOptions(delay=delay, at=at)
-        outcome, _ = await scripts.reschedule(
+        outcome, _ = await admin.reschedule(
             await self._host.client(), self.keys, job_id,
             delay_ms=when.delay_ms(), due_ms=when.due_ms(),
         )  # fmt: skip
@@ -398,7 +399,7 @@ class Queue:
     @_clear_errors
     async def resume(self) -> bool:
         """End a pause: workers take again at once. False if it was not paused."""
-        return await scripts.resume(await self._host.client(), self.keys)
+        return await admin.resume(await self._host.client(), self.keys)
 
     @_clear_errors
     async def paused(self) -> bool:
@@ -447,7 +448,7 @@ class Queue:
         redis = await self._host.client()
         repaired = 0
         async for ids in reads.job_ids(redis, self.keys, batch=batch):
-            repaired += await scripts.reconcile(redis, self.keys, ids)
+            repaired += await admin.reconcile(redis, self.keys, ids)
         return repaired
 
     # -- periodic jobs -----------------------------------------------------------------
@@ -489,7 +490,7 @@ class Queue:
         ids = await self._select_dead(job_ids, task, error_type, limit)
         if ids is None:
             return 0  # a filter matched nothing
-        result = await scripts.requeue(await self._host.client(), self.keys, ids, limit=limit)
+        result = await admin.requeue(await self._host.client(), self.keys, ids, limit=limit)
         return result.requeued
 
     @_clear_errors
@@ -505,7 +506,7 @@ class Queue:
         ids = await self._select_dead(job_ids, task, error_type, limit)
         if ids is None:
             return 0  # a filter matched nothing
-        return await scripts.purge(await self._host.client(), self.keys, ids, limit=limit)
+        return await admin.purge(await self._host.client(), self.keys, ids, limit=limit)
 
     async def _select_dead(
         self, job_ids: Sequence[str], task: str | None, error_type: str | None, limit: int

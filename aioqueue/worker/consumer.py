@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, cast
 from ..core.errors import describe
 from ..core.lifecycle import HELD_BY_CONCURRENCY
 from ..core.priorities import planner
-from ..store import reads, scripts
+from ..store import reads
+from ..store.scripts import leasing
 from .loops import CLIENT_FAILURES, RETRY_PAUSE, Component, ring, wait_event, wait_first
 
 if TYPE_CHECKING:
@@ -193,7 +194,7 @@ class QueueConsumer(Component):
             result = await self._take(room, woken=False, promote=limit)
             if result is not None:
                 return result.promoted
-        return await scripts.promote(self.redis, self.keys, limit=limit, due_first=self._due_first)
+        return await leasing.promote(self.redis, self.keys, limit=limit, due_first=self._due_first)
 
     async def _take(self, limit: int, woken: bool, promote: int = 0) -> TakeResult | None:
         """One take call for ``limit`` reserved slots; admits the jobs it leases. None
@@ -204,7 +205,7 @@ class QueueConsumer(Component):
         started = time.perf_counter()
         forget, self._forget = self._forget, []
         try:
-            result = await scripts.take(
+            result = await leasing.take(
                 self.redis, self.keys, lease=lease, lease_ms=self.settings.lease_ms,
                 limit=limit, result_ttl_ms=self._result_ttl_ms, plan=self._plan(limit),
                 woken=woken, promote=promote, due_first=self._due_first,
@@ -277,7 +278,7 @@ class QueueConsumer(Component):
             token, self._offer = self._offer, None  # the enqueue took the offer
             assert token is not None
             self._forget.append(token)  # (as for a take whose reply was read)
-            self._admit_handed([(scripts.handed_job(cast("bytes", popped[1]), token), False)])
+            self._admit_handed([(leasing.handed_job(cast("bytes", popped[1]), token), False)])
             if self.stopping.is_set():
                 return False
 
@@ -295,7 +296,7 @@ class QueueConsumer(Component):
         self._offer = token  # from here on it may be out, reply or not
         self._offer_lapses = asyncio.get_running_loop().time() + hold
         try:
-            await scripts.idle(
+            await leasing.idle(
                 self.redis, self.keys, token, lease_ms=self.settings.lease_ms,
                 hold_ms=int(hold * 1000), forget=forget,
             )  # fmt: skip
@@ -326,7 +327,7 @@ class QueueConsumer(Component):
             if self.stopping.is_set():
                 lapses = min(lapses, loop.time() + STOP_WITHDRAWING)
             try:
-                handed = await scripts.idle(
+                handed = await leasing.idle(
                     self.redis, self.keys, token, lease_ms=self.settings.lease_ms, hold_ms=0
                 )
                 break
@@ -366,7 +367,7 @@ class QueueConsumer(Component):
             await wait_first(acks.landing, self.stopping)
             return False
         try:
-            promoted = await scripts.promote(
+            promoted = await leasing.promote(
                 self.redis, self.keys, limit=1000, due_first=self._due_first
             )
             counts = await reads.counts(self.redis, self.keys)

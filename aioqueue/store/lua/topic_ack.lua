@@ -30,10 +30,9 @@ Returns one code per message: 1 settled, 0 lease not held.
 local log, retry, dead = KEYS[1], KEYS[2], KEYS[3]
 local group, consumer, lease_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local dead_max, processed_channel = tonumber(ARGV[4]), ARGV[5]
+local batch = cjson.decode(ARGV[6])
 local now = redis_clock()
 local codes, processed = {}, 0
-
-local batch = cjson.decode(ARGV[6])
 
 -- Which of the batch's messages are this consumer's: one XPENDING over the batch's id
 -- range (filtered by consumer) answers for all of them, unless the range holds more of

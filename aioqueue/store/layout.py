@@ -121,37 +121,37 @@ class Layout:
     def keys(self, source: object, **given: str | bytes | Sequence[str]) -> list[str | bytes]:
         """KEYS in the header's order: ``given`` by name, the rest read from ``source``
         (a key object: a property per key, a method per group)."""
-        unknown = set(given) - set(self.key_names)
-        if unknown:
-            raise LayoutError(f"{self.script}.lua declares no key {sorted(unknown)}")
         out: list[str | bytes] = []
         for slot in self.key_slots:
-            value = given[slot.name] if slot.name in given else _read(source, slot)
-            out += self._items(slot, value, str | bytes)
+            value = given.pop(slot.name, None)
+            self._place(out, slot, _read(source, slot) if value is None else value)
+        if given:
+            raise LayoutError(f"{self.script}.lua declares no key {sorted(given)}")
         return out
 
     def args(self, **values: Arg | Sequence[Arg]) -> list[Arg]:
         """ARGV in the header's order, each by its name (a group: a sequence, flat)."""
-        if set(values) != set(self.arg_names):
-            missing, unknown = set(self.arg_names) - set(values), set(values) - set(self.arg_names)
-            raise LayoutError(f"{self.script}.lua: ARGV missing {missing}, unknown {unknown}")
         out: list[Arg] = []
         for slot in self.arg_slots:
-            out += self._items(slot, values[slot.name], Arg)
+            if slot.name not in values:
+                raise LayoutError(f"{self.script}.lua: ARGV missing {slot.name}")
+            self._place(out, slot, values.pop(slot.name))
+        if values:
+            raise LayoutError(f"{self.script}.lua declares no ARGV {sorted(values)}")
         return out
 
-    def _items(self, slot: Slot, value: Any, kind: Any) -> list[Any]:
-        """``value`` as the items it places at ``slot``, each an instance of ``kind``."""
-        items = list(value) if slot.group and isinstance(value, list | tuple) else [value]
-        if not slot.group and isinstance(value, list | tuple):
-            raise LayoutError(f"{self.script}.lua: {slot.name} is one value, not a list")
-        if slot.group and isinstance(value, str | bytes):
+    def _place(self, out: list[Any], slot: Slot, value: Any) -> None:
+        """Put ``value`` at ``slot``: one value, or a group's (a list or tuple, flat)."""
+        if not slot.group:
+            if isinstance(value, list | tuple):
+                raise LayoutError(f"{self.script}.lua: {slot.name} is one value, not a list")
+            out.append(value)
+            return
+        if not isinstance(value, list | tuple):
             raise LayoutError(f"{self.script}.lua: {slot.name} is a list")
-        if slot.size is not None and len(items) != slot.size:
-            raise LayoutError(f"{self.script}.lua: {slot.name} is {slot.size}, not {len(items)}")
-        if not all(isinstance(item, kind) for item in items):
-            raise LayoutError(f"{self.script}.lua: {slot.name} has a value of the wrong type")
-        return items
+        if slot.size is not None and len(value) != slot.size:
+            raise LayoutError(f"{self.script}.lua: {slot.name} is {slot.size}, not {len(value)}")
+        out += value
 
     def _find(self, slots: tuple[Slot, ...], part: str, name: str) -> Slot:
         for slot in slots:

@@ -2,9 +2,10 @@
 first), ``idle.lua`` (an offer to be handed the next job), ``ack.lua``, and the lease's
 upkeep: ``extend.lua``, ``reclaim.lua``, ``progress.lua``.
 
-Take, offer and ack are the worker's hot path: packed by hand and sent through
-``routing``, what a queue's calls share cached; their order is checked against the
-scripts' headers at import. The upkeep calls go through redis-py (``Script.__call__``).
+Take, offer and ack are the worker's hot path: packed by hand and sent through ``routing``
+(what every call of a queue shares is packed once and cached; a take's arguments, packed
+straight, are checked against take.lua's header at import). The upkeep calls go through
+redis-py (``Script.__call__``).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import aioqueue
 from aioqueue.ops.embedded import EmbeddedServer
-from aioqueue.store import scripts
+from aioqueue.store.scripts import leasing
 from benchmarks.quick import redis_cpu, used_memory
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ async def tick_cost(probe: Probe, redis: Redis, calls: int = 2000) -> float:
     keys = probe.app.queue().keys
     calls_before, usec_before = await evalsha_usec(redis)
     for _ in range(calls):
-        promoted = await scripts.promote(redis, keys, limit=100)
+        promoted = await leasing.promote(redis, keys, limit=100)
         assert promoted.count == 0, "nothing may be due"
     calls_after, usec_after = await evalsha_usec(redis)
     return (usec_after - usec_before) / (calls_after - calls_before)

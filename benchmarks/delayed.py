@@ -16,7 +16,7 @@ and every promoter sleep, and splits the lateness into its stages.
 
 Part 2, one promoter tick on a schedule of N future jobs (N = 1,000,000; 100,000 with
 ``--quick``), filled with the real enqueue script in pipelined EVALSHA batches: client time
-per ``scripts.promote(limit=1000)`` call, and Redis-side time per call from ``INFO
+per ``leasing.promote(limit=1000)`` call, and Redis-side time per call from ``INFO
 commandstats`` (mean, ``cmdstat_evalsha``) and ``SLOWLOG`` (median, logging every command
 while measuring), when (a) nothing is due (200 calls) and (b) 1,000 are due (jobs enqueued
 with a 20 ms delay, one call per round). An empty schedule is measured first as a baseline.
@@ -48,7 +48,7 @@ import aioqueue
 from aioqueue.client.enqueue import JobOptions
 from aioqueue.core.payload import Payload
 from aioqueue.ops.embedded import EmbeddedServer
-from aioqueue.store import scripts
+from aioqueue.store.scripts import enqueues, leasing
 from aioqueue.worker.promoter import Promoter
 
 if TYPE_CHECKING:
@@ -108,9 +108,9 @@ class Trace:
     sleeps: list[tuple[float, float, float, bool]] = field(default_factory=list)
 
     def install(self) -> None:
-        """Wrap scripts.take (a module attribute, looked up at each call; promotes go
+        """Wrap leasing.take (a module attribute, looked up at each call; promotes go
         through it too) and Promoter._sleep, so the worker's own loops use the wrappers."""
-        take, sleep = scripts.take, Promoter._sleep
+        take, sleep = leasing.take, Promoter._sleep
 
         async def traced_take(redis: Redis, keys: QueueKeys, **options: Any) -> Any:
             sent = time.time()
@@ -126,7 +126,7 @@ class Trace:
                 self.sleeps.append((started, seconds, ended, ended - started < seconds))
 
         for owner, name, wrapper in (
-            (scripts, "take", traced_take),
+            (leasing, "take", traced_take),
             (Promoter, "_sleep", traced_sleep),
         ):
             setattr(owner, name, wrapper)
@@ -293,7 +293,7 @@ class ScheduleResult:
 
 
 class CommandRecorder:
-    """Stands in for the client: records the EVALSHA that ``scripts.enqueue`` would send, so
+    """Stands in for the client: records the EVALSHA that ``enqueues.enqueue`` would send, so
     the schedule is filled with exactly its KEYS and ARGV, but in a pipeline."""
 
     def __init__(self) -> None:
@@ -311,7 +311,7 @@ async def enqueue_batch(
     recorder = CommandRecorder()
     client = cast("Redis", recorder)
     for job_id, delay_ms, due_ms in jobs:
-        await scripts.enqueue(
+        await enqueues.enqueue(
             client, keys, job_id=job_id, payload=payload, priority=5, max_attempts=3,
             delay_ms=delay_ms, due_ms=due_ms,
         )  # fmt: skip
@@ -362,7 +362,7 @@ async def idle_ticks(redis: Redis, keys: QueueKeys, calls: int) -> Tick:
     await reset_stats(redis)
     for _ in range(calls):
         started = time.perf_counter()
-        result = await scripts.promote(redis, keys, limit=PROMOTE_LIMIT)
+        result = await leasing.promote(redis, keys, limit=PROMOTE_LIMIT)
         timings.append((time.perf_counter() - started) * 1e6)
         if result.count:
             raise RuntimeError("a job was due in the idle measurement")
@@ -379,7 +379,7 @@ async def due_ticks(redis: Redis, keys: QueueKeys, rounds: int, payload: bytes) 
         await asyncio.sleep(2 * SOON_MS / 1000)
         await reset_stats(redis)
         started = time.perf_counter()
-        result = await scripts.promote(redis, keys, limit=PROMOTE_LIMIT)
+        result = await leasing.promote(redis, keys, limit=PROMOTE_LIMIT)
         timings.append((time.perf_counter() - started) * 1e6)
         if result.count != PROMOTE_LIMIT:
             raise RuntimeError(f"promoted {result.count}, expected {PROMOTE_LIMIT}")
@@ -591,7 +591,7 @@ def main() -> None:
         print("\nWhere the lateness comes from (traced inside the worker):\n")
         print("\n".join(stage_table(lateness, trace)))
     if ticks:
-        print(f"\nOne promoter tick (`scripts.promote`) on a schedule of {config.schedule:,}:\n")
+        print(f"\nOne promoter tick (`leasing.promote`) on a schedule of {config.schedule:,}:\n")
         print("\n".join(tick_table(ticks)))
 
 

@@ -19,8 +19,9 @@ from redis.exceptions import RedisError
 from ..core.errors import ConfigError
 from ..core.keys import QueueKeys
 from ..core.limits import QueueLimits, make_limits
-from ..store import heartbeats, reads, scripts, server, specs, stored_limits
+from ..store import heartbeats, reads, server, specs, stored_limits
 from ..store.connection import failure
+from ..store.scripts import admin as admin_scripts
 from .enqueue import JobOptions
 
 if TYPE_CHECKING:
@@ -117,7 +118,7 @@ class QueueAdmin:
         (its asyncio task is cancelled on whichever worker runs it, and it ends as
         cancelled, not retried). True if the job was cancelled or its abort requested;
         False if it had finished already (or does not exist)."""
-        outcome, _ = await scripts.cancel(
+        outcome, _ = await admin_scripts.cancel(
             await self._host.client(),
             self.keys,
             job_id,
@@ -131,7 +132,7 @@ class QueueAdmin:
     ) -> bool:
         """Move a scheduled job to a new time (O(log n)); False if it is not scheduled."""
         when = JobOptions(delay=delay, at=at)
-        outcome, _ = await scripts.reschedule(
+        outcome, _ = await admin_scripts.reschedule(
             await self._host.client(), self.keys, job_id,
             delay_ms=when.delay_ms(), due_ms=when.due_ms(),
         )  # fmt: skip
@@ -175,7 +176,7 @@ class QueueAdmin:
     @_clear_errors
     async def resume(self) -> bool:
         """End a pause: workers take again at once. False if it was not paused."""
-        return await scripts.resume(await self._host.client(), self.keys)
+        return await admin_scripts.resume(await self._host.client(), self.keys)
 
     @_clear_errors
     async def paused(self) -> bool:
@@ -218,7 +219,7 @@ class QueueAdmin:
         redis = await self._host.client()
         repaired = 0
         async for ids in reads.job_ids(redis, self.keys, batch=batch):
-            repaired += await scripts.reconcile(redis, self.keys, ids)
+            repaired += await admin_scripts.reconcile(redis, self.keys, ids)
         return repaired
 
     # -- the workers and the server -----------------------------------------------------
@@ -296,7 +297,7 @@ class QueueAdmin:
         with ``error_type`` only, if given). Returns how many were requeued."""
 
         async def requeue(redis: Redis, ids: Sequence[str]) -> int:
-            return (await scripts.requeue(redis, self.keys, ids, limit=limit)).requeued
+            return (await admin_scripts.requeue(redis, self.keys, ids, limit=limit)).requeued
 
         return await self._on_dead(requeue, job_ids, task, error_type, limit)
 
@@ -312,7 +313,7 @@ class QueueAdmin:
         """Delete dead jobs, chosen as for ``requeue_dead``. Returns how many."""
 
         async def purge(redis: Redis, ids: Sequence[str]) -> int:
-            return await scripts.purge(redis, self.keys, ids, limit=limit)
+            return await admin_scripts.purge(redis, self.keys, ids, limit=limit)
 
         return await self._on_dead(purge, job_ids, task, error_type, limit)
 

@@ -37,7 +37,8 @@ import orjson
 
 from ..core.errors import ConfigError, NotAMember, PayloadTooLarge, SerializationError
 from ..core.keys import ChannelKeys, channels_registry, member_groups, validate_name
-from ..store import reads, scripts
+from ..store import reads
+from ..store.scripts import mailboxes
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -157,7 +158,7 @@ class _Channel:
         encoded = encode_bodies(bodies, self._host.settings.max_payload_bytes)
         if not encoded:
             return []
-        first = await scripts.channel_post(
+        first = await mailboxes.channel_post(
             await self._host.client(), self.keys, encoded,
             sender=sender, members_only=members_only, max_messages=self.max_messages,
         )  # fmt: skip
@@ -204,7 +205,7 @@ class _Channel:
         return [parse_entry(entry_id, fields) for entry_id, fields in entries]
 
     async def _commit(self, reader: str, upto: int, members_only: bool) -> int:
-        cursor = await scripts.channel_commit(
+        cursor = await mailboxes.channel_commit(
             await self._host.client(), self.keys, reader, upto, members_only=members_only
         )
         if cursor is None:
@@ -281,7 +282,7 @@ class Group(_Channel):
         messages sent from now on."""
         validate_name("member", member)
         redis = await self._host.client()
-        joined = await scripts.channel_join(redis, self.keys, member, history=history)
+        joined = await mailboxes.channel_join(redis, self.keys, member, history=history)
         await redis.sadd(member_groups(self._host.settings.prefix, member), self.name)
         await self._register()
         return joined
@@ -291,7 +292,7 @@ class Group(_Channel):
         it was not one."""
         validate_name("member", member)
         redis = await self._host.client()
-        left = await scripts.channel_leave(redis, self.keys, member)
+        left = await mailboxes.channel_leave(redis, self.keys, member)
         await redis.srem(member_groups(self._host.settings.prefix, member), self.name)
         if not left:
             raise NotAMember(self.name, member)

@@ -21,9 +21,9 @@ from redis.exceptions import RedisError
 
 from ..core.errors import ConfigError
 from ..core.lifecycle import LinkedJob
-from ..store import scripts
 from ..store.batching import EnqueueBatcher
 from ..store.connection import failure
+from ..store.scripts import admin, links
 from . import enqueue
 from .admin import QueueAdmin
 from .enqueue import NO_OPTIONS, JobOptions
@@ -193,7 +193,7 @@ class Queue(QueueAdmin):
         key, window_ms = options.id or "", options.debounce_ms() or 0
         try:
             redis = await self._host.internal_client()
-            job_id, state = await scripts.debounce(redis, self.keys, key, new, window_ms=window_ms)
+            job_id, state = await admin.debounce(redis, self.keys, key, new, window_ms=window_ms)
         except RedisError as exc:
             raise self._failure(exc, [key]) from exc
         return Job(self, job_id, created=state == "scheduled")
@@ -210,7 +210,7 @@ class Queue(QueueAdmin):
     ) -> list[Enqueued]:
         """Write jobs of groups and workflows (``enqueue_linked.lua``); safe to repeat."""
         settings = self._host.settings
-        return await scripts.enqueue_linked(
+        return await links.enqueue_linked(
             await self._host.internal_client(), self.keys, jobs, seal=seal,
             span_ms=settings.idempotency_ttl_ms, result_ttl_ms=settings.result_ttl_ms,
         )  # fmt: skip

@@ -31,7 +31,8 @@ from redis.exceptions import ResponseError
 from ..core.errors import ConfigError
 from ..core.keys import TopicKeys, validate_name
 from ..core.records import ErrorInfo
-from ..store import reads, scripts
+from ..store import reads
+from ..store.scripts import topics
 from ..store.streams import create_group
 from .messaging import DEFAULT_MAX_MESSAGES, encode_bodies
 
@@ -114,7 +115,7 @@ class Topic:
         ids: list[str] = []
         for start in range(0, len(encoded), PUBLISH_CHUNK):
             chunk = encoded[start : start + PUBLISH_CHUNK]
-            ids += await scripts.topic_publish(
+            ids += await topics.topic_publish(
                 redis, self.keys, chunk, max_messages=self.max_messages
             )
         return ids

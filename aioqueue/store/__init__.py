@@ -1,16 +1,23 @@
-"""The Redis layer: the only code that knows key names, record fields, Lua and the wire.
+"""The Redis layer: all of aioqueue's Redis I/O, and the only code that sends Lua (key names
+come from ``core/keys``, record fields from ``core/records``).
 
-keys       every key name (one hash tag per queue)
-records    the job record and the values scripts take and return (pure)
-payload    the bytes a record holds: payload, result, error (pure)
-loader     the Lua files, their shared snippets, EVALSHA with a reload
-wire       commands packed by hand and sent on a pool connection (the hot path)
-scripts    one typed function per Lua script
-reads      typed reads of queue state (records, counts, listings)
-specs      periodic specs stored per queue
-heartbeats workers' heartbeats per queue
-batching   concurrent enqueues coalesced into one script call per round trip
-server     what the server is set to, where it matters (its eviction policy)
-connection the App's Redis clients and their retry policy
-embedded   a private redis-server for machines that have none
+lua/          the Lua scripts, one file per atomic step, and their shared snippets (include/)
+scripts/      one typed function per script, a module per family (listed in its docstring),
+              and the one table of return codes
+layout        each script's KEYS and ARGV, read from its header: the one place they are stated
+loader        the Lua files, their shared snippets, EVALSHA with a reload
+wire          commands packed by hand and sent on a pool connection (the hot path)
+routing       where packed calls go: the client's pool, or a Cluster's node by key slot
+batching      concurrent enqueues coalesced into one script call per round trip
+reads         typed reads of queue state (records, counts, listings, messages)
+settled       hearing that jobs finished (the settled channel), for Job.result()
+pubsub        listening on a pub/sub connection that may have died without a word
+streams       a topic's plain stream commands (its subscriber groups)
+handoffs      workflow outcomes waiting for their parents' queue, read and removed
+specs         periodic specs stored per queue
+heartbeats    workers' heartbeats per queue
+stored_limits a queue's limits, as the hash take.lua obeys
+server        what the server is set to, where it matters (its eviction policy)
+connection    the App's Redis clients, their retry policy, and Redis failures as errors
+clients       the App's clients over their life: made per event loop, and closed
 """

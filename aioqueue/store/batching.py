@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from . import scripts
+from .scripts import enqueues
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -58,7 +58,7 @@ class EnqueueBatcher:
         if not self._busy:
             self._busy = True
             try:
-                [result] = await scripts.enqueue_many(
+                [result] = await enqueues.enqueue_many(
                     await self._client(),
                     self._keys,
                     [job],
@@ -78,7 +78,7 @@ class EnqueueBatcher:
         """A bulk enqueue: sent at once, in script calls of up to MAX_ENQUEUE_BATCH jobs."""
         if not jobs:
             return []
-        return await scripts.enqueue_many(
+        return await enqueues.enqueue_many(
             await self._client(),
             self._keys,
             jobs,
@@ -93,7 +93,7 @@ class EnqueueBatcher:
     async def _flush(self) -> None:
         try:
             while self._pending and not self._busy:
-                size = _same_replicas(self._pending, scripts.MAX_ENQUEUE_BATCH)
+                size = _same_replicas(self._pending, enqueues.MAX_ENQUEUE_BATCH)
                 batch = self._pending[:size]
                 del self._pending[:size]
                 self._busy = True
@@ -105,7 +105,7 @@ class EnqueueBatcher:
                             future.set_result(result)
 
                 try:
-                    await scripts.enqueue_many(
+                    await enqueues.enqueue_many(
                         await self._client(),
                         self._keys,
                         [job for job, _ in batch],

@@ -1,5 +1,5 @@
 """Outcomes of workflow children for parents on other queues: read from a queue's handoff
-ZSET, delivered with ``scripts.deliver``, then removed (``lua/include/links.lua``)."""
+ZSET, delivered with ``scripts/links.deliver``, then removed (``lua/include/links.lua``)."""
 
 from __future__ import annotations
 

@@ -9,6 +9,10 @@ and every deploy runs the Lua it shipped with.
 A script that publishes (``-- @include publish``) has a second build for Redis Cluster, in
 which that line takes ``include/publish_sharded.lua`` (SPUBLISH): ``Script.on(redis)``
 picks the build for a client, and the call does it by itself.
+
+Each script's KEYS and ARGV are read from its header once, when it is loaded
+(``Script.layout``: see ``layout``). Calling a script here goes through redis-py's
+command layer (EVALSHA); the packed hot path goes through ``routing`` (see ``scripts``).
 """
 
 from __future__ import annotations
@@ -21,13 +25,15 @@ from typing import TYPE_CHECKING, Any
 from redis.asyncio import RedisCluster
 from redis.exceptions import NoScriptError
 
+from .layout import Layout
+
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from importlib.resources.abc import Traversable
 
     from redis.asyncio import Redis
 
-Arg = str | bytes | int | float
+    from .layout import Arg
 
 LUA = files("aioqueue.store") / "lua"
 _INCLUDE = re.compile(r"^-- @include ([a-z_]+)[ \t]*$", re.MULTILINE)
@@ -70,13 +76,16 @@ def _resolve(
 class Script:
     """A file from ``store/lua``, called by SHA and reloaded if Redis lost it."""
 
-    def __init__(self, name: str, swaps: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, name: str, swaps: Mapping[str, str] | None = None, layout: Layout | None = None
+    ) -> None:
         self.name = name
         self.source = assemble(name, swaps=swaps)
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
+        self.layout = layout or Layout.parse(name, self.source)  # its header's KEYS, ARGV
         self.sharded = self  # its Redis Cluster build (itself when that changes nothing)
         if swaps is None and assemble(name, swaps=SHARDED) != self.source:
-            self.sharded = Script(name, SHARDED)
+            self.sharded = Script(name, SHARDED, self.layout)
 
     def on(self, redis: Redis) -> Script:
         """The build of this script for ``redis`` (a Redis Cluster client or not)."""

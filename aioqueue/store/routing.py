@@ -1,7 +1,8 @@
 """Where packed script calls go: a connection to the server that holds the queue.
 
-The hot path (enqueue flushes, takes) sends EVALSHA packed by hand (``wire``) on a raw
-connection, not through redis-py's command layer. ``Lines`` finds that connection:
+The hot path (enqueues, takes, offers, acks: see ``scripts``) sends EVALSHA packed by hand
+(``wire``) on a raw connection, not through redis-py's command layer. ``Lines`` finds
+that connection:
 
 - one Redis server (or a Sentinel-managed master): the client's own pool. A flush may
   keep its connection between calls (``keep=True``: the enqueue batcher's line); a write

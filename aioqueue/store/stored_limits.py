@@ -1,4 +1,4 @@
-"""A queue's limits in Redis: the hash take.lua obeys (``limits.QueueLimits``)."""
+"""A queue's limits in Redis: the hash take.lua obeys (``core/limits.QueueLimits``)."""
 
 from __future__ import annotations
 

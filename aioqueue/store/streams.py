@@ -1,5 +1,5 @@
-"""A topic's plain stream commands (its scripts are in ``scripts``): creating a subscriber
-group, which is a consumer group on the topic's log."""
+"""A topic's plain stream commands (its scripts are in ``scripts/topics``): creating a
+subscriber group, which is a consumer group on the topic's log."""
 
 from __future__ import annotations
 

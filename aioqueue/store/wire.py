@@ -1,10 +1,11 @@
 """Commands packed by hand (RESP) and sent on a connection checked out of a pool.
 
-The hot path (enqueue flushes, takes) packs its EVALSHA itself, as redis-py would but
-cheaper: redis-py's ``pack_command`` costs ~0.5 µs per argument, and the part of a call
-that names the script and its keys is the same for every call of a queue, so ``scripts``
-caches it and packs only what changes. This module knows RESP and the connection; which
-keys and arguments a script takes is ``scripts``' business.
+The hot path (enqueues, takes, offers, acks) packs its EVALSHA itself, as redis-py would
+but cheaper: redis-py's ``pack_command`` costs ~0.5 µs per argument, and the part of a
+call that names the script and its keys is the same for every call of a queue, so
+``scripts`` caches it (``evalsha_head``) and packs only what changes. This module knows
+RESP and the connection; which keys and arguments a script takes is its header's business
+(``layout``), read by ``scripts``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from redis.asyncio.connection import AbstractConnection
 
     from ..core.lifecycle import NewJob
+    from .layout import Arg
     from .loader import Script
 
 
@@ -39,10 +41,35 @@ def numbers(*values: int) -> bytes:
     return bulk(*(b"%d" % value for value in values))
 
 
+def arg_bytes(arg: Arg) -> bytes:
+    """An argument as redis-py would send it (an int or float in decimal, text in UTF-8)."""
+    if isinstance(arg, bytes):
+        return arg
+    return (arg if isinstance(arg, str) else str(arg)).encode()
+
+
+def evalsha_head(script: Script, keys: Sequence[str | bytes]) -> tuple[int, bytes]:
+    """What a call of ``script`` over ``keys`` starts with (EVALSHA, sha, key count,
+    keys), packed, and how many arguments that is: the same for every call of a queue."""
+    parts = [b"EVALSHA", script.sha.encode(), b"%d" % len(keys), *map(arg_bytes, keys)]
+    return len(parts), bulk(*parts)
+
+
+def call(head: tuple[int, bytes], args: Sequence[Arg]) -> bytes:
+    """One packed call: an ``evalsha_head`` and the call's ARGV."""
+    count, packed = head
+    return array(count + len(args)) + packed + bulk(*map(arg_bytes, args))
+
+
+def wait(replicas: int, timeout: float) -> bytes:
+    """WAIT: the connection's writes so far are on ``replicas`` replicas (or the timeout)."""
+    return array(3) + bulk(b"WAIT") + numbers(replicas, max(1, int(timeout * 1000)))
+
+
 # The seven arguments of one job (id, payload, priority, max_attempts, delay_ms, due_ms,
 # fresh), in one format operation: the enqueue path packs thousands of them per second.
 _JOB = b"$%d\r\n%b\r\n$%d\r\n%b\r\n$1\r\n%d\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n$1\r\n%d\r\n"
-JOB_ARGS = 7
+JOB_ARGS = 7  # NewJob's first seven fields (enqueue.lua's header lists them: checked)
 
 
 def jobs(new_jobs: Sequence[NewJob]) -> bytes:

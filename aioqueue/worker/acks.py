@@ -17,7 +17,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import LeaseLost, describe
-from ..store import scripts
+from ..store.scripts import leasing
 from .loops import CLIENT_FAILURES, RETRY_PAUSE, Component, wait_first
 
 if TYPE_CHECKING:
@@ -180,10 +180,10 @@ class AckBatcher(Batcher):
     async def report_progress(self, taken: Taken, data: bytes) -> bool:
         if taken.id not in self.held:
             return False
-        return await scripts.progress(self.redis, self.keys, taken, data)
+        return await leasing.progress(self.redis, self.keys, taken, data)
 
     async def _ack(self, batch: list[Settlement]) -> list[bool]:
-        return await scripts.ack(
+        return await leasing.ack(
             self.redis, self.keys, batch, result_ttl_ms=self._result_ttl_ms,
             kept_ms=self._kept_ms, keep_payload=self._keep_payload, history_ms=self.history_ms,
             on_handoff=self._on_handoff,

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 from ..core.errors import describe
 from ..core.lifecycle import HELD_BY_CONCURRENCY
 from ..core.priorities import planner
-from ..store import reads, scripts
+from ..store import reads
+from ..store.scripts import leasing
 from .idle import IdleWait, Tokens
 from .loops import CLIENT_FAILURES, RETRY_PAUSE, Component, ring, wait_event
 from .takes import Step, TakeState
@@ -199,7 +200,7 @@ class QueueConsumer(Component):
             result = await self._take(room, woken=False, promote=limit)
             if result is not None:
                 return result.promoted
-        return await scripts.promote(self.redis, self.keys, limit=limit, due_first=self._due_first)
+        return await leasing.promote(self.redis, self.keys, limit=limit, due_first=self._due_first)
 
     async def _take(self, limit: int, woken: bool, promote: int = 0) -> TakeResult | None:
         """One take call for ``limit`` reserved slots; admits the jobs it leases. None
@@ -209,7 +210,7 @@ class QueueConsumer(Component):
         started = time.perf_counter()
         forget = self._tokens.to_forget()
         try:
-            result = await scripts.take(
+            result = await leasing.take(
                 self.redis, self.keys, lease=lease, lease_ms=self.settings.lease_ms,
                 limit=limit, result_ttl_ms=self._result_ttl_ms, plan=self._plan(limit),
                 woken=woken, promote=promote, due_first=self._due_first,
@@ -257,7 +258,7 @@ class QueueConsumer(Component):
             await acks.next_landing(self.stopping)
             return False
         try:
-            promoted = await scripts.promote(
+            promoted = await leasing.promote(
                 self.redis, self.keys, limit=1000, due_first=self._due_first
             )
             counts = await reads.counts(self.redis, self.keys)

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.errors import describe
 from ..core.keys import QueueKeys
-from ..store import handoffs, scripts
+from ..store import handoffs
+from ..store.scripts import links
 from .loops import CLIENT_FAILURES, Component, wait_event
 
 if TYPE_CHECKING:
@@ -87,4 +88,4 @@ class HandOff(Component):
             by_queue[outcome.parent_queue].append(outcome)
         for queue, batch in by_queue.items():
             keys = QueueKeys.for_queue(self._prefix, queue)
-            await scripts.deliver(self._redis, keys, batch, result_ttl_ms=self._result_ttl_ms)
+            await links.deliver(self._redis, keys, batch, result_ttl_ms=self._result_ttl_ms)

@@ -21,7 +21,7 @@ import logging
 from typing import TYPE_CHECKING, cast
 
 from ..core.errors import describe
-from ..store import scripts
+from ..store.scripts import leasing
 from .loops import CLIENT_FAILURES, RETRY_PAUSE, wait_event
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ class IdleWait:
             token, self._offer = self._offer, None  # the enqueue took the offer
             assert token is not None
             self._tokens.replied(token)  # (as for a take whose reply was read)
-            self.admit_handed([(scripts.handed_job(cast("bytes", popped[1]), token), False)])
+            self.admit_handed([(leasing.handed_job(cast("bytes", popped[1]), token), False)])
             if self._stopping.is_set():
                 return False
 
@@ -132,7 +132,7 @@ class IdleWait:
         self._offer = token  # from here on it may be out, reply or not
         self._lapses = asyncio.get_running_loop().time() + hold
         try:
-            await scripts.idle(
+            await leasing.idle(
                 self.redis, self.keys, token, lease_ms=self.settings.lease_ms,
                 hold_ms=int(hold * 1000), forget=forget,
             )  # fmt: skip
@@ -158,7 +158,7 @@ class IdleWait:
             if self._stopping.is_set():
                 lapses = min(lapses, loop.time() + STOP_WITHDRAWING)
             try:
-                handed = await scripts.idle(
+                handed = await leasing.idle(
                     self.redis, self.keys, token, lease_ms=self.settings.lease_ms, hold_ms=0
                 )
                 break

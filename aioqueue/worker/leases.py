@@ -11,7 +11,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import describe
-from ..store import scripts
+from ..store.scripts import leasing
 from .loops import CLIENT_FAILURES, Component, wait_event
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ class LeaseKeeper(Component):
             for start in range(0, len(held), MAX_EXTEND_BATCH):
                 batch = held[start : start + MAX_EXTEND_BATCH]
                 try:
-                    extended = await scripts.extend(
+                    extended = await leasing.extend(
                         queue.redis, queue.keys, batch, lease_ms=self._lease_ms
                     )
                 except CLIENT_FAILURES as exc:
@@ -88,7 +88,7 @@ class LeaseKeeper(Component):
         total = 0
         for queue in self._queues:
             try:
-                result = await scripts.reclaim(
+                result = await leasing.reclaim(
                     queue.redis, queue.keys, limit=RECLAIM_LIMIT,
                     default_max_attempts=self._default_max_attempts,
                     result_ttl_ms=self._result_ttl_ms, history_ms=queue.history_ms,

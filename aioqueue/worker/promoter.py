@@ -18,7 +18,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import describe
-from ..store import scripts
+from ..store.scripts import leasing
 from .loops import CLIENT_FAILURES, RETRY_PAUSE, Component, ring, wait_event
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ class Promoter(Component):
                 await self._sleep_until(loop.time() + until_next)
 
     async def _promote_only(self, limit: int) -> Promoted:
-        return await scripts.promote(self._redis, self._keys, limit=limit)
+        return await leasing.promote(self._redis, self._keys, limit=limit)
 
     async def _listen_loop(self) -> None:
         """Wait on the queue's schedule-wake list; a token means an earlier job arrived."""

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 
 from ..core.errors import describe
-from ..store import scripts
+from ..store.scripts import admin
 from .loops import Component, wait_event
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ class DeadLetterTrimmer(Component):
             try:
                 trimmed = TRIM_LIMIT
                 while trimmed == TRIM_LIMIT:  # a backlog is cleared in bounded steps
-                    trimmed = await scripts.trim_dead(
+                    trimmed = await admin.trim_dead(
                         self._redis, keys, max_jobs=self._max_jobs, max_age_ms=self._ttl_ms,
                         limit=TRIM_LIMIT,
                     )  # fmt: skip

@@ -17,8 +17,9 @@ from redis.exceptions import RedisError
 
 from ..core.errors import EnqueueError, describe
 from ..core.payload import Payload
-from ..store import scripts, specs
+from ..store import specs
 from ..store.routing import server_time
+from ..store.scripts import enqueues
 from .loops import RETRY_PAUSE, Component, wait_event
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ class PeriodicScheduler(Component):
         except EnqueueError as exc:
             logger.error("periodic %s: cannot enqueue: %s", spec.name, exc)
             return
-        result = await scripts.enqueue(
+        result = await enqueues.enqueue(
             self._redis, self._keys, job_id=spec.job_id(tick_ms), payload=payload,
             priority=spec.priority, max_attempts=0, delay_ms=0, due_ms=0,
             tick=(spec.name, tick_ms), span_ms=self._span_ms,

@@ -23,7 +23,8 @@ from redis.exceptions import RedisError, ResponseError
 from ..core.errors import describe
 from ..core.lifecycle import Settlement, Taken
 from ..core.payload import encode_error
-from ..store import reads, scripts
+from ..store import reads
+from ..store.scripts import topics
 from ..store.streams import DEAD_MAX, create_group
 from .acks import Batcher
 from .loops import RETRY_PAUSE, Component, wait_event
@@ -120,7 +121,7 @@ class TopicAcks(Batcher):
 
     async def _ack(self, batch: list[Settlement]) -> list[bool]:
         attempts = [self.held[s.id].attempts if s.id in self.held else 1 for s in batch]
-        return await scripts.topic_ack(
+        return await topics.topic_ack(
             self.redis, self.keys, self.group, self.consumer, batch, attempts,
             lease_ms=self.lease_ms, dead_max=DEAD_MAX,
         )  # fmt: skip
@@ -321,7 +322,7 @@ class TopicConsumer(Component):
         held = [entry_id for entry_id in self._acks.held if entry_id not in self._acks.settling]
         if not held:
             return
-        lost = await scripts.topic_extend(self.redis, self.keys, self.group, self.consumer, held)
+        lost = await topics.topic_extend(self.redis, self.keys, self.group, self.consumer, held)
         for entry_id in lost:
             if entry_id not in self._acks.held:
                 continue  # its ack landed meanwhile
@@ -339,7 +340,7 @@ class TopicConsumer(Component):
             return  # no room: what waits for a claim keeps waiting
         options = self.subscriber.task.options
         try:
-            claim = await scripts.topic_reclaim(
+            claim = await topics.topic_reclaim(
                 self.redis, self.keys, self.group, self.consumer,
                 lease_ms=self.settings.lease_ms, count=reserved * self._batch, cursor=self._cursor,
                 max_attempts=options.max_attempts, dead_max=DEAD_MAX,

@@ -6,7 +6,7 @@ import pytest
 from redis.asyncio import Redis
 
 import aioqueue
-from aioqueue.store import scripts
+from aioqueue.store.scripts import admin
 from tests.helpers import counts, drain, run_until_idle
 
 
@@ -217,9 +217,7 @@ async def test_dead_set_retention_by_count_and_age(redis_url: str, prefix: str) 
     redis = await app.client()
     oldest, *younger = sorted(kept)
     await redis.zadd(queue.keys.dead, {oldest: 1})  # buried in 1970: past the age limit
-    trimmed = await scripts.trim_dead(
-        redis, queue.keys, max_jobs=3, max_age_ms=3_600_000, limit=100
-    )
+    trimmed = await admin.trim_dead(redis, queue.keys, max_jobs=3, max_age_ms=3_600_000, limit=100)
     assert trimmed == 1
     assert {info.id for info in await queue.dead_jobs()} == set(younger)
     await app.close()

@@ -16,7 +16,7 @@ import aioqueue
 from aioqueue.core.keys import QueueKeys
 from aioqueue.core.lifecycle import HELD_BY_CONCURRENCY
 from aioqueue.core.limits import make_limits, parse_rate
-from aioqueue.store import scripts
+from aioqueue.store.scripts import leasing
 from tests.helpers import now, wait_until
 from tests.store.script_helpers import put, take
 
@@ -59,7 +59,7 @@ async def _limit(db: Redis, keys: QueueKeys, **options: object) -> None:
 
 
 async def _take(db: Redis, keys: QueueKeys, limit: int, lease: str) -> tuple[list[bytes], int]:
-    result = await scripts.take(db, keys, lease=lease, lease_ms=30_000, limit=limit)
+    result = await leasing.take(db, keys, lease=lease, lease_ms=30_000, limit=limit)
     return [job.id for job in result.jobs], result.held
 
 
@@ -79,7 +79,7 @@ async def test_the_rate_allows_a_burst_then_one_start_per_interval(
 ) -> None:
     ids = [await enqueue(db, keys, f"j{n}") for n in range(6)]
     await _limit(db, keys, rate="1/m", burst=3)  # (one a minute: no start falls due here)
-    result = await scripts.take(db, keys, lease="a:1", lease_ms=30_000, limit=10)
+    result = await leasing.take(db, keys, lease="a:1", lease_ms=30_000, limit=10)
     taken, held = [job.id for job in result.jobs], result.held
     assert taken == ids[:3]
     assert held == math.ceil((result.promoted.now_us + 60_000_000) / 1000)  # a minute on
@@ -203,7 +203,7 @@ async def test_a_dead_workers_jobs_count_until_their_leases_expire(app: aioqueue
     first = await work.enqueue("lost")
     redis = await app.client()
     # A worker that took it and died: its lease (300 ms) holds the one slot until reclaim.
-    taken = await scripts.take(redis, queue.keys, lease="dead:1", lease_ms=300, limit=1)
+    taken = await leasing.take(redis, queue.keys, lease="dead:1", lease_ms=300, limit=1)
     assert [job.id for job in taken.jobs] == [first.id.encode()]
     await work.enqueue("next")
     async with app.worker(concurrency=5):

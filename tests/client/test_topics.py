@@ -15,7 +15,7 @@ import aioqueue
 from aioqueue.core.backoff import Fixed
 from aioqueue.core.keys import TopicKeys
 from aioqueue.core.lifecycle import Settlement
-from aioqueue.store import scripts
+from aioqueue.store.scripts import topics
 from tests.helpers import run_until_idle, wait_until
 
 
@@ -222,7 +222,7 @@ async def test_an_ack_from_a_worker_that_lost_the_lease_changes_nothing(
         Settlement(first.encode(), "old", "complete"),
         Settlement(second.encode(), "old", "complete"),
     ]
-    acked = await scripts.topic_ack(
+    acked = await topics.topic_ack(
         await app.client(), keys, "g", "old", batch, [1, 1], lease_ms=30_000, dead_max=0
     )
     assert acked == [False, True]

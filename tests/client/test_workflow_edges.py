@@ -15,7 +15,7 @@ import aioqueue
 from aioqueue import ChildFailed, JobStatus, chain, chord
 from aioqueue.core.keys import QueueKeys
 from aioqueue.core.lifecycle import LinkedJob, NewJob, Outcome, Settlement
-from aioqueue.store import scripts
+from aioqueue.store.scripts import leasing, links
 from tests.helpers import now, wait_until
 
 TTL = 60_000
@@ -481,7 +481,7 @@ async def test_a_barrier_sealed_after_its_children_settled_reports_how_they_ende
     and its on_success parent runs only if every child succeeded (it ran even after a
     failure when the seal reported every sealed barrier as a success)."""
     success = NewJob("s", b'{"t":"cb","in":"summary"}', 5)
-    await scripts.enqueue_linked(
+    await links.enqueue_linked(
         db, keys,
         [
             LinkedJob(success, parent="f1"),
@@ -490,14 +490,14 @@ async def test_a_barrier_sealed_after_its_children_settled_reports_how_they_ende
         ],
     )  # fmt: skip
     # (no seal yet: the last call of a write in several calls seals)
-    [child] = (await scripts.take(db, keys, lease="w:1", lease_ms=30_000, limit=1)).jobs
+    [child] = (await leasing.take(db, keys, lease="w:1", lease_ms=30_000, limit=1)).jobs
     assert child.id == b"b/1"
     data = b'"E"' if outcome == "bury" else b"1"
-    await scripts.ack(
+    await leasing.ack(
         db, keys, [Settlement(child.id, child.lease, outcome, data)], result_ttl_ms=TTL
     )
     assert await db.hget(keys.job("s"), "s") == b"waiting"  # nothing released before the seal
-    await scripts.enqueue_linked(db, keys, [], seal=["s", "b"], result_ttl_ms=TTL)
+    await links.enqueue_linked(db, keys, [], seal=["s", "b"], result_ttl_ms=TTL)
     assert await db.hget(keys.job("b"), "s") == b"complete"
     expected = b"failed" if outcome == "bury" else b"queued"
     assert await db.hget(keys.job("s"), "s") == expected

@@ -431,11 +431,11 @@ async def test_a_cross_queue_chord_counts_each_child_once(app: aioqueue.App, red
     assert (status.status, status.children, status.complete) == (JobStatus.QUEUED, 20, 20)
 
     from aioqueue.core.lifecycle import HandedOff
-    from aioqueue.store import scripts
+    from aioqueue.store.scripts import links
 
     again = HandedOff.parse(f"default\n{workflow.id}\n3\nc2".encode())
     assert again is not None
-    await scripts.deliver(redis, workflow.queue.keys, [again, again], result_ttl_ms=60_000)
+    await links.deliver(redis, workflow.queue.keys, [again, again], result_ttl_ms=60_000)
     assert (await workflow.status()).complete == 20
     async with app.worker():
         assert await workflow.result(timeout=10) == sum(range(20))

@@ -34,6 +34,7 @@ from redis.asyncio import Redis
 import aioqueue
 from aioqueue.ops.embedded import EmbeddedServer
 from aioqueue.store import scripts
+from aioqueue.store.scripts import leasing
 from tests.apps import fault_app
 from tests.apps.fault_app import Recorder, Run
 from tests.helpers import now, wait_until
@@ -816,7 +817,7 @@ PAUSE_MS = 3000
 
 
 class PauseThenRun:
-    """Stands in for a Redis client in ``scripts.reclaim``: sends ``CLIENT PAUSE`` and the
+    """Stands in for a Redis client in ``leasing.reclaim``: sends ``CLIENT PAUSE`` and the
     script in one write, so the script is the first command Redis postpones and the first
     it runs when the pause ends (it serves postponed clients in order)."""
 
@@ -854,7 +855,7 @@ async def test_client_pause_past_the_lease_rejects_the_stale_ack(
         stale, fresh = (one, other) if first_run.pid == one.pid else (other, one)
         await admin.ping()  # connected: the pause goes out at once
         paused = asyncio.ensure_future(
-            scripts.reclaim(
+            leasing.reclaim(
                 cast("Redis", PauseThenRun(admin, PAUSE_MS)), queue.keys,
                 limit=100, default_max_attempts=3,
             )

@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 
 from aioqueue.core import lifecycle
 from aioqueue.core.keys import QueueKeys
-from aioqueue.store import scripts
+from aioqueue.store.scripts import enqueues, leasing
 
 LEASE_MS = 30_000
 _lease_tokens = itertools.count(1)
@@ -32,12 +32,12 @@ async def put(
     check_created: bool = True,
     span_ms: int = 0,
 ) -> lifecycle.Enqueued:
-    """Enqueue ``job_id`` through ``scripts.enqueue`` and return what the script answered.
+    """Enqueue ``job_id`` through ``enqueues.enqueue`` and return what the script answered.
 
     The payload defaults to ``{"t":"<job_id>"}``. Unless ``check_created`` is False, assert
     that the call made a new record (set-up must not run into an unfinished job of that id).
     """
-    result = await scripts.enqueue(
+    result = await enqueues.enqueue(
         db,
         keys,
         job_id=job_id,
@@ -67,9 +67,9 @@ async def take(
     resend and returns the same jobs again.
 
     ``woken`` and ``result_ttl_ms`` (how long a skipped cancelled record is kept) go to
-    ``scripts.take`` as they are.
+    ``leasing.take`` as they are.
     """
-    result = await scripts.take(
+    result = await leasing.take(
         db,
         keys,
         lease=lease,
@@ -97,7 +97,7 @@ async def lease(
     """
     if not await db.exists(keys.job(job_id)):
         await put(db, keys, job_id, priority=priority, max_attempts=max_attempts)
-    taken = await scripts.take(
+    taken = await leasing.take(
         db,
         keys,
         lease=token if token is not None else f"w:{next(_lease_tokens)}",

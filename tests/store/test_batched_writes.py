@@ -15,7 +15,7 @@ from aioqueue.core.ids import done_slot
 from aioqueue.core.keys import QueueKeys
 from aioqueue.core.lifecycle import NewJob
 from aioqueue.core.payload import Payload, encode_payload
-from aioqueue.store import scripts
+from aioqueue.store.scripts import enqueues, leasing
 from tests.helpers import wait_until
 from tests.store.script_helpers import LEASE_MS, put, redis_now_ms, settle
 
@@ -27,7 +27,7 @@ def _job(job_id: str, priority: int = 0) -> NewJob:
 
 
 async def _take(db: Redis, keys: QueueKeys, limit: int, lease: str) -> lifecycle.TakeResult:
-    return await scripts.take(db, keys, lease=lease, lease_ms=LEASE_MS, limit=limit)
+    return await leasing.take(db, keys, lease=lease, lease_ms=LEASE_MS, limit=limit)
 
 
 async def test_an_id_whose_key_is_not_a_hash_is_skipped_not_fatal(
@@ -38,7 +38,7 @@ async def test_an_id_whose_key_is_not_a_hash_is_skipped_not_fatal(
     records whose ready entries wait for the end of the call: it reports that id as
     existing ('foreign') and writes the others."""
     await redis.set(keys.job("b"), "not a hash")
-    results = await scripts.enqueue_many(redis, keys, [_job("a"), _job("b"), _job("c")])
+    results = await enqueues.enqueue_many(redis, keys, [_job("a"), _job("b"), _job("c")])
     assert results == [
         lifecycle.Enqueued(True, "queued"),
         lifecycle.Enqueued(False, "foreign"),
@@ -57,7 +57,7 @@ async def test_fifo_within_each_priority_across_batched_enqueue_calls(
     first = [_job("a1", 5), _job("b1", 9), _job("a2", 5), _job("a1", 5), _job("b2", 9)]
     second = [_job("b3", 9), _job("a3", 5), _job("c1", 0)]
     # two script calls in one write (chunk=5), a duplicate id inside the first
-    results = await scripts.enqueue_many(db, keys, first + second, chunk=5)
+    results = await enqueues.enqueue_many(db, keys, first + second, chunk=5)
     assert [r.created for r in results] == [True, True, True, False, True, True, True, True]
 
     assert await db.lrange(keys.ready(5), 0, -1) == [b"a1", b"a2", b"a3"]
@@ -98,7 +98,7 @@ async def test_one_ack_batch_with_retries_a_release_a_repeat_and_a_lost_lease(
     j0, j1, j2, j3, j4 = (await _take(db, keys, 5, "w:1")).jobs
     # j4's lease was lost: reclaimed and taken again by another worker
     await db.zadd(keys.active, {"j4": 0})
-    await scripts.reclaim(db, keys, limit=10, default_max_attempts=5)
+    await leasing.reclaim(db, keys, limit=10, default_max_attempts=5)
     [again] = (await _take(db, keys, 1, "w:2")).jobs
     assert again.id == b"j4"
 
@@ -110,7 +110,7 @@ async def test_one_ack_batch_with_retries_a_release_a_repeat_and_a_lost_lease(
         settle(j3, "retry", b'"E"', delay_ms=60_000),
         settle(j4, "complete", b"1"),  # lease lost: -2
     ]
-    codes = await scripts.ack(db, keys, batch, result_ttl_ms=TTL)
+    codes = await leasing.ack(db, keys, batch, result_ttl_ms=TTL)
 
     assert codes == [True, True, True, True, True, False]
     assert await db.zrange(keys.active, 0, -1) == [b"j4"]  # only the live lease
@@ -132,13 +132,13 @@ async def test_the_biggest_calls_fit_in_one_command(redis: Redis, keys: QueueKey
     from aioqueue.worker.acks import MAX_ACK_BATCH
     from aioqueue.worker.consumer import MAX_TAKE
 
-    jobs = [_job(f"j{n:04}") for n in range(scripts.MAX_ENQUEUE_BATCH)]
-    await scripts.enqueue_many(redis, keys, jobs)
+    jobs = [_job(f"j{n:04}") for n in range(enqueues.MAX_ENQUEUE_BATCH)]
+    await enqueues.enqueue_many(redis, keys, jobs)
     assert await redis.llen(keys.ready(0)) == len(jobs)
     taken = (await _take(redis, keys, MAX_TAKE, "w:1")).jobs
     assert [job.id for job in taken] == [job.id.encode() for job in jobs[:MAX_TAKE]]
     assert await redis.zcard(keys.active) == MAX_TAKE
-    codes = await scripts.ack(
+    codes = await leasing.ack(
         redis, keys, [settle(job, "complete", b"1") for job in taken[:MAX_ACK_BATCH]],
         result_ttl_ms=TTL,
     )  # fmt: skip
@@ -156,7 +156,7 @@ async def test_mark_done_prefix_is_not_kept_from_an_earlier_call(
     for job_id in ("a", "b"):
         await put(redis, keys, job_id)
     [a] = (await _take(redis, keys, 1, "w:1")).jobs
-    await scripts.ack(
+    await leasing.ack(
         redis, keys, [settle(a, "complete", b"null")], result_ttl_ms=TTL, kept_ms=span
     )
     first = await redis_now_ms(redis) // span
@@ -166,7 +166,7 @@ async def test_mark_done_prefix_is_not_kept_from_an_earlier_call(
 
     await wait_until(later_generation, timeout=5)
     [b] = (await _take(redis, keys, 1, "w:2")).jobs
-    await scripts.ack(
+    await leasing.ack(
         redis, keys, [settle(b, "complete", b"null")], result_ttl_ms=TTL, kept_ms=span
     )
     generation = await redis_now_ms(redis) // span

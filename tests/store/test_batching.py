@@ -13,7 +13,8 @@ import aioqueue
 from aioqueue.core import lifecycle
 from aioqueue.core.keys import QueueKeys
 from aioqueue.core.lifecycle import NewJob
-from aioqueue.store import batching, scripts
+from aioqueue.store import batching
+from aioqueue.store.scripts import enqueues, leasing
 
 
 def _text(raw: bytes | str) -> str:
@@ -112,11 +113,11 @@ def test_the_packed_enqueue_is_the_command_redis_py_would_send() -> None:
         NewJob("c", b"", 0, max_attempts=12, due_ms=-86_400_000),  # at= before 1970
     ]
     for batch in ([jobs[0]], jobs, jobs[::-1]):
-        script_keys, args = scripts._enqueue_call(keys, batch)
-        command = ("EVALSHA", scripts._ENQUEUE.sha, len(script_keys), *script_keys, *args)
-        assert scripts._pack_enqueue(keys, batch) == b"".join(Connection().pack_command(*command))
+        script_keys, args = enqueues._enqueue_call(keys, batch)
+        command = ("EVALSHA", enqueues._ENQUEUE.sha, len(script_keys), *script_keys, *args)
+        assert enqueues._pack_enqueue(keys, batch) == b"".join(Connection().pack_command(*command))
     with pytest.raises(ValueError, match="priority"):
-        scripts._pack_enqueue(keys, [NewJob("a", b"", 10)])
+        enqueues._pack_enqueue(keys, [NewJob("a", b"", 10)])
 
 
 async def test_enqueues_carry_on_after_their_connection_is_killed(
@@ -184,17 +185,17 @@ async def test_a_resent_enqueue_finds_a_fresh_job_that_already_completed(
     redis = await app.internal_client()
     job = NewJob("0f8e6c2a-1b7d-4e5f-9a3b-c4d5e6f7a8b9", b'{"t":"x"}', 5, fresh=True)
     span = 60_000
-    before, first_send, after = scripts._pack_enqueue_parts(keys, [job], span)
+    before, first_send, after = enqueues._pack_enqueue_parts(keys, [job], span)
     connection = await wire.checkout(redis.connection_pool)
     try:
-        [created] = await wire.send(connection, scripts._ENQUEUE, [before + first_send + after])
+        [created] = await wire.send(connection, enqueues._ENQUEUE, [before + first_send + after])
         assert created == [1, b"queued"]
-        taken = await scripts.take(redis, keys, lease="w:1", lease_ms=30_000, limit=1)
+        taken = await leasing.take(redis, keys, lease="w:1", lease_ms=30_000, limit=1)
         done = lifecycle.Settlement(taken.jobs[0].id, "w:1", "complete", b"null")
-        await scripts.ack(redis, keys, [done], result_ttl_ms=span, kept_ms=span)
+        await leasing.ack(redis, keys, [done], result_ttl_ms=span, kept_ms=span)
         assert await redis.exists(keys.job(job.id)) == 0
-        resend = before + scripts._RESEND + after
-        [again] = await wire.send(connection, scripts._ENQUEUE, [resend])
+        resend = before + enqueues._RESEND + after
+        [again] = await wire.send(connection, enqueues._ENQUEUE, [resend])
         assert again == [0, b"complete"]
     finally:
         await redis.connection_pool.release(connection)

@@ -92,6 +92,8 @@ def _all_includes(name: str) -> set[str]:
         ("the schedule's wake-up", r"RPUSH', schedule_wake"),
         ("a finished record's expiry", r"PEXPIRE', key"),
         ("promotion", r"ZRANGEBYSCORE', schedule"),
+        ("a new job's due time", r"due_ms > due"),
+        ("an enqueued id's look-up in the done hashes", r"and is_done\("),
     ],
 )
 def test_shared_logic_is_written_once(concept: str, pattern: str) -> None:

@@ -1,4 +1,4 @@
-"""lua/ack.lua through ``scripts.ack``: every outcome, lost leases, idempotence, result TTL.
+"""lua/ack.lua through ``leasing.ack``: every outcome, lost leases, idempotence, result TTL.
 
 fakeredis[lua] is faithful for what this script uses (TIME, HMGET, HINCRBY, PEXPIRE, PTTL,
 ZADD, LPUSH/RPUSH), so every test runs on both fakeredis and the real server. Leases are
@@ -7,16 +7,18 @@ expired by rewriting their deadline, never by waiting.
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.connection import Connection
 
 from aioqueue.client.enqueue import new_job_id
 from aioqueue.core import lifecycle
 from aioqueue.core.ids import done_slot
 from aioqueue.core.keys import QueueKeys
-from aioqueue.store import scripts
+from aioqueue.store.loader import Script
+from aioqueue.store.scripts import enqueues, leasing
 from tests.store.script_helpers import lease, put, redis_now_ms, settle
 
 TTL = 60_000
@@ -26,7 +28,7 @@ async def test_complete_stores_the_result_with_a_ttl(db: Redis, keys: QueueKeys)
     job = await lease(db, keys, "a")
     before = await redis_now_ms(db)
 
-    assert await scripts.ack(db, keys, [settle(job, "complete", b"42")], result_ttl_ms=TTL) == [
+    assert await leasing.ack(db, keys, [settle(job, "complete", b"42")], result_ttl_ms=TTL) == [
         True
     ]
 
@@ -48,7 +50,7 @@ async def test_fail_and_abort_finish_with_the_error(
     job = await lease(db, keys, "a")
     error = b'{"type":"ValueError","message":"no","traceback":""}'
 
-    assert await scripts.ack(db, keys, [settle(job, outcome, error)], result_ttl_ms=TTL) == [True]
+    assert await leasing.ack(db, keys, [settle(job, outcome, error)], result_ttl_ms=TTL) == [True]
 
     record = await db.hgetall(keys.job("a"))
     assert record[b"s"] == state.encode()
@@ -65,7 +67,7 @@ async def test_result_ttl_zero_deletes_the_record(
 ) -> None:
     job = await lease(db, keys, "a")
 
-    assert await scripts.ack(db, keys, [settle(job, outcome, b"1")], result_ttl_ms=0) == [True]
+    assert await leasing.ack(db, keys, [settle(job, outcome, b"1")], result_ttl_ms=0) == [True]
 
     assert await db.exists(keys.job("a")) == 0
     assert await db.zcard(keys.active) == 0
@@ -77,7 +79,7 @@ async def test_retry_without_delay_goes_to_the_back_of_ready(db: Redis, keys: Qu
     job = await lease(db, keys, "a")
     tokens = await db.llen(keys.notify)
 
-    assert await scripts.ack(db, keys, [settle(job, "retry", b'"E"')], result_ttl_ms=TTL) == [True]
+    assert await leasing.ack(db, keys, [settle(job, "retry", b'"E"')], result_ttl_ms=TTL) == [True]
 
     assert await db.lrange(keys.ready(6), 0, -1) == [b"b", b"a"]
     assert await db.llen(keys.notify) == tokens + 1
@@ -96,7 +98,7 @@ async def test_retry_with_delay_schedules_and_wakes(db: Redis, keys: QueueKeys) 
     job = await lease(db, keys, "a", priority=2)
     before = await redis_now_ms(db)
 
-    acked = await scripts.ack(
+    acked = await leasing.ack(
         db, keys, [settle(job, "retry", b'"E"', delay_ms=5_000)], result_ttl_ms=TTL
     )
     after = await redis_now_ms(db)
@@ -113,7 +115,7 @@ async def test_retry_with_delay_schedules_and_wakes(db: Redis, keys: QueueKeys) 
 
 
 async def test_retry_behind_an_earlier_due_job_does_not_wake(db: Redis, keys: QueueKeys) -> None:
-    await scripts.enqueue(
+    await enqueues.enqueue(
         db,
         keys,
         job_id="early",
@@ -126,7 +128,7 @@ async def test_retry_behind_an_earlier_due_job_does_not_wake(db: Redis, keys: Qu
     await db.delete(keys.schedule_wake)  # a poller took that token
     job = await lease(db, keys, "a")
 
-    acked = await scripts.ack(
+    acked = await leasing.ack(
         db, keys, [settle(job, "retry", b"", delay_ms=60_000)], result_ttl_ms=TTL
     )
 
@@ -138,7 +140,7 @@ async def test_retry_behind_an_earlier_due_job_does_not_wake(db: Redis, keys: Qu
 async def test_bury_moves_to_dead_without_a_ttl(db: Redis, keys: QueueKeys) -> None:
     job = await lease(db, keys, "a")
 
-    assert await scripts.ack(db, keys, [settle(job, "bury", b'"E"')], result_ttl_ms=TTL) == [True]
+    assert await leasing.ack(db, keys, [settle(job, "bury", b'"E"')], result_ttl_ms=TTL) == [True]
 
     record = await db.hgetall(keys.job("a"))
     assert record[b"s"] == b"dead"
@@ -154,7 +156,7 @@ async def test_release_returns_to_the_front_uncounted(db: Redis, keys: QueueKeys
     job = await lease(db, keys, "a")
     tokens = await db.llen(keys.notify)
 
-    assert await scripts.ack(db, keys, [settle(job, "release")], result_ttl_ms=TTL) == [True]
+    assert await leasing.ack(db, keys, [settle(job, "release")], result_ttl_ms=TTL) == [True]
 
     assert await db.lrange(keys.ready(1), 0, -1) == [b"a", b"b"]
     assert await db.llen(keys.notify) == tokens + 1
@@ -169,7 +171,7 @@ async def test_a_wrong_lease_token_is_not_settled(db: Redis, keys: QueueKeys) ->
     deadline = await db.zscore(keys.active, "a")
     forged = lifecycle.Settlement(job.id, "w:someone-else", "complete", b"1")
 
-    assert await scripts.ack(db, keys, [forged], result_ttl_ms=TTL) == [False]
+    assert await leasing.ack(db, keys, [forged], result_ttl_ms=TTL) == [False]
 
     assert await db.hget(keys.job("a"), "s") == b"active"
     assert await db.hget(keys.job("a"), "w") == job.lease.encode()
@@ -179,10 +181,10 @@ async def test_a_wrong_lease_token_is_not_settled(db: Redis, keys: QueueKeys) ->
 async def test_an_ack_after_reclaim_is_not_settled(db: Redis, keys: QueueKeys) -> None:
     job = await lease(db, keys, "a", max_attempts=3)
     await db.zadd(keys.active, {"a": 0}, xx=True)  # the lease expired
-    reclaimed = await scripts.reclaim(db, keys, limit=10, default_max_attempts=3)
+    reclaimed = await leasing.reclaim(db, keys, limit=10, default_max_attempts=3)
     assert reclaimed == lifecycle.Reclaimed(requeued=1, buried=0)
 
-    assert await scripts.ack(db, keys, [settle(job, "complete", b"1")], result_ttl_ms=TTL) == [
+    assert await leasing.ack(db, keys, [settle(job, "complete", b"1")], result_ttl_ms=TTL) == [
         False
     ]
 
@@ -192,10 +194,10 @@ async def test_an_ack_after_reclaim_is_not_settled(db: Redis, keys: QueueKeys) -
 
 async def test_an_old_lease_cannot_settle_the_next_attempt(db: Redis, keys: QueueKeys) -> None:
     first = await lease(db, keys, "a")
-    await scripts.ack(db, keys, [settle(first, "retry", b"")], result_ttl_ms=TTL)
+    await leasing.ack(db, keys, [settle(first, "retry", b"")], result_ttl_ms=TTL)
     second = await lease(db, keys, "a")
 
-    assert await scripts.ack(db, keys, [settle(first, "complete", b"1")], result_ttl_ms=TTL) == [
+    assert await leasing.ack(db, keys, [settle(first, "complete", b"1")], result_ttl_ms=TTL) == [
         False
     ]
     assert await db.hget(keys.job("a"), "s") == b"active"
@@ -207,12 +209,12 @@ async def test_repeating_an_ack_is_harmless(
     db: Redis, keys: QueueKeys, outcome: lifecycle.Outcome
 ) -> None:
     job = await lease(db, keys, "a")
-    first = await scripts.ack(db, keys, [settle(job, outcome, b"1")], result_ttl_ms=TTL)
+    first = await leasing.ack(db, keys, [settle(job, outcome, b"1")], result_ttl_ms=TTL)
     record = await db.hgetall(keys.job("a"))
     lists = [await db.lrange(key, 0, -1) for key in (*keys.ready_lists(), keys.notify)]
     sets = [await db.zrange(key, 0, -1) for key in (keys.schedule, keys.dead, keys.active)]
 
-    again = await scripts.ack(db, keys, [settle(job, outcome, b"2")], result_ttl_ms=TTL)
+    again = await leasing.ack(db, keys, [settle(job, outcome, b"2")], result_ttl_ms=TTL)
 
     assert first == again == [True]
     assert await db.hgetall(keys.job("a")) == record
@@ -224,9 +226,9 @@ async def test_repeating_an_ack_is_harmless_when_results_are_not_kept(
     db: Redis, keys: QueueKeys
 ) -> None:
     job = await lease(db, keys, "a")
-    assert await scripts.ack(db, keys, [settle(job, "complete", b"1")], result_ttl_ms=0) == [True]
+    assert await leasing.ack(db, keys, [settle(job, "complete", b"1")], result_ttl_ms=0) == [True]
 
-    assert await scripts.ack(db, keys, [settle(job, "complete", b"1")], result_ttl_ms=0) == [True]
+    assert await leasing.ack(db, keys, [settle(job, "complete", b"1")], result_ttl_ms=0) == [True]
 
 
 async def test_a_batch_reports_each_job_in_order(db: Redis, keys: QueueKeys) -> None:
@@ -239,7 +241,7 @@ async def test_a_batch_reports_each_job_in_order(db: Redis, keys: QueueKeys) -> 
         settle(c, "bury", b'"E"'),
     ]
 
-    assert await scripts.ack(db, keys, batch, result_ttl_ms=TTL) == [True, False, True]
+    assert await leasing.ack(db, keys, batch, result_ttl_ms=TTL) == [True, False, True]
 
     assert await db.hget(keys.job("a"), "s") == b"complete"
     assert await db.hget(keys.job("b"), "s") == b"active"
@@ -248,7 +250,7 @@ async def test_a_batch_reports_each_job_in_order(db: Redis, keys: QueueKeys) -> 
 
 
 async def test_an_empty_batch_is_a_no_op(db: Redis, keys: QueueKeys) -> None:
-    assert await scripts.ack(db, keys, [], result_ttl_ms=TTL) == []
+    assert await leasing.ack(db, keys, [], result_ttl_ms=TTL) == []
 
 
 async def test_a_job_id_that_is_not_utf8_is_settled_too(db: Redis, keys: QueueKeys) -> None:
@@ -260,11 +262,11 @@ async def test_a_job_id_that_is_not_utf8_is_settled_too(db: Redis, keys: QueueKe
         mapping={"s": "queued", "p": b'{"t":"x"}', "n": 0, "m": 0, "pr": 0},
     )
     await db.rpush(keys.ready(0), raw_id)
-    taken = await scripts.take(db, keys, lease="w:raw", lease_ms=30_000, limit=1)
+    taken = await leasing.take(db, keys, lease="w:raw", lease_ms=30_000, limit=1)
     assert [job.id for job in taken.jobs] == [raw_id]
 
     done = lifecycle.Settlement(raw_id, "w:raw", "complete", b'"ok"')
-    assert await scripts.ack(db, keys, [done], result_ttl_ms=60_000) == [True]
+    assert await leasing.ack(db, keys, [done], result_ttl_ms=60_000) == [True]
     assert await db.hget(keys.job_prefix.encode() + raw_id, "s") == b"complete"
 
 
@@ -275,7 +277,7 @@ async def test_a_complete_record_keeps_what_status_and_result_need(
     stale retry error); failed and dead ones keep everything."""
     job = await lease(db, keys, "a")
     await db.hset(keys.job("a"), "e", b'{"type":"Earlier","message":"","traceback":""}')
-    assert await scripts.ack(db, keys, [settle(job, "complete", b"42")], result_ttl_ms=TTL) == [
+    assert await leasing.ack(db, keys, [settle(job, "complete", b"42")], result_ttl_ms=TTL) == [
         True
     ]
     record = await db.hgetall(keys.job("a"))
@@ -285,7 +287,7 @@ async def test_a_complete_record_keeps_what_status_and_result_need(
 
 async def test_a_complete_record_can_keep_its_payload(db: Redis, keys: QueueKeys) -> None:
     job = await lease(db, keys, "a")
-    settled = await scripts.ack(
+    settled = await leasing.ack(
         db, keys, [settle(job, "complete", b"42")], result_ttl_ms=TTL, keep_payload=True
     )
     assert settled == [True]
@@ -299,7 +301,7 @@ async def test_a_job_with_no_result_keeps_only_its_id_for_its_own_time(
     (where keys.done_slot() says, in the generation of the Redis clock)."""
     job = await lease(db, keys, "a")
     now = await redis_now_ms(db)
-    settled = await scripts.ack(
+    settled = await leasing.ack(
         db, keys, [settle(job, "complete", b"null")], result_ttl_ms=TTL, kept_ms=5_000
     )
     assert settled == [True]
@@ -307,7 +309,7 @@ async def test_a_job_with_no_result_keeps_only_its_id_for_its_own_time(
     generations = {now // 5_000, (now + 1_000) // 5_000}  # the ack ran a moment later
     done = [keys.done(5_000, g, done_slot(b"a")) for g in generations]
     assert [await db.hexists(key, "a") for key in done].count(True) == 1
-    assert await scripts.ack(db, keys, [settle(job, "complete", b"null")], result_ttl_ms=TTL) == [
+    assert await leasing.ack(db, keys, [settle(job, "complete", b"null")], result_ttl_ms=TTL) == [
         True
     ]  # a resent ack finds it settled
     again = await put(db, keys, "a", check_created=False, span_ms=5_000)
@@ -322,11 +324,11 @@ async def test_jobs_made_in_one_millisecond_are_remembered_in_one_done_hash(
     ids = [f"0Q8S_rgM{n:012d}" for n in range(30)]  # the shape of new_job_id()'s
     for job_id in ids:
         await put(db, keys, job_id)
-    taken = await scripts.take(db, keys, lease="w:batch", lease_ms=60_000, limit=30)
+    taken = await leasing.take(db, keys, lease="w:batch", lease_ms=60_000, limit=30)
     assert len(taken.jobs) == 30
     now = await redis_now_ms(db)
     settlements = [settle(job, "complete", b"null") for job in taken.jobs]
-    assert await scripts.ack(db, keys, settlements, result_ttl_ms=TTL, kept_ms=5_000) == [True] * 30
+    assert await leasing.ack(db, keys, settlements, result_ttl_ms=TTL, kept_ms=5_000) == [True] * 30
     assert len({done_slot(job_id.encode()) for job_id in ids}) == 1
     hashes = [key.decode() for key in cast("list[bytes]", await db.keys(f"{keys.done_prefix}*"))]
     assert len(hashes) == 1 and await db.hlen(hashes[0]) == 30
@@ -343,7 +345,7 @@ async def test_a_job_with_no_result_keeps_nothing_without_a_window(
     db: Redis, keys: QueueKeys
 ) -> None:
     job = await lease(db, keys, "a")
-    assert await scripts.ack(
+    assert await leasing.ack(
         db, keys, [settle(job, "complete", b"null")], result_ttl_ms=TTL, kept_ms=0
     ) == [True]
     assert await db.exists(keys.job("a")) == 0
@@ -356,7 +358,7 @@ async def test_failed_and_dead_records_keep_everything(
 ) -> None:
     job = await lease(db, keys, "a")
     error = b'{"type":"ValueError","message":"no","traceback":""}'
-    assert await scripts.ack(db, keys, [settle(job, outcome, error)], result_ttl_ms=TTL) == [True]
+    assert await leasing.ack(db, keys, [settle(job, outcome, error)], result_ttl_ms=TTL) == [True]
     record = await db.hgetall(keys.job("a"))
     assert record[b"s"] == state
     assert record[b"p"] == b'{"t":"a"}' and b"pr" in record
@@ -379,9 +381,71 @@ async def test_failed_and_dead_records_keep_everything(
 async def test_python_and_lua_agree_on_a_done_slot(db: Redis, keys: QueueKeys, job_id: str) -> None:
     job = await lease(db, keys, job_id)
     now = await redis_now_ms(db)
-    await scripts.ack(db, keys, [settle(job, "complete", b"null")], result_ttl_ms=TTL, kept_ms=TTL)
+    await leasing.ack(db, keys, [settle(job, "complete", b"null")], result_ttl_ms=TTL, kept_ms=TTL)
     slot = done_slot(job_id.encode())
     found = [
         await db.hexists(keys.done(TTL, g, slot), job_id) for g in (now // TTL, now // TTL + 1)
     ]
     assert True in found
+
+
+class _Recorder:
+    """Stands in for ``routing.Lines``: keeps the packed calls, answers ``reply``."""
+
+    def __init__(self, reply: list[Any]) -> None:
+        self.sent: list[bytes] = []
+        self._reply = reply
+
+    async def send(self, key: str, script: Script, commands: list[bytes]) -> list[Any]:
+        self.sent += commands
+        return [self._reply]
+
+
+def _redis_py(*command: Any) -> bytes:
+    return b"".join(Connection().pack_command(*command))
+
+
+async def test_the_packed_ack_is_the_command_redis_py_would_send(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    keys = QueueKeys.for_queue("p", "q")
+    recorder = _Recorder([1, -2])
+    monkeypatch.setattr(leasing, "lines_for", lambda _: recorder)
+    script_keys = [
+        keys.active, keys.schedule, keys.dead, keys.notify, keys.schedule_wake,
+        keys.job_prefix, keys.done_prefix, *keys.ready_lists(), keys.history_prefix,
+        *keys.links(),
+    ]  # fmt: skip
+    sha = leasing._ACK.sha
+    done = lifecycle.Settlement(b"a", "w:1", "complete", b"null")
+    retry = lifecycle.Settlement(b"\xff", "w:2", "retry", b'"E"', 1500)
+    redis = cast("Redis", object())
+
+    assert await leasing.ack(redis, keys, [done], result_ttl_ms=TTL, kept_ms=5) == [True, False]
+    json = b'[["a","w:1","complete","null",0]]'
+    args = [TTL, 5, 0, 0, keys.settled_channel, "json", json]
+    assert recorder.sent.pop() == _redis_py("EVALSHA", sha, 23, *script_keys, *args)
+
+    await leasing.ack(redis, keys, [done, retry], result_ttl_ms=TTL, keep_payload=True)
+    fields = [b"a", "w:1", "complete", b"null", 0, b"\xff", "w:2", "retry", b'"E"', 1500]
+    args = [TTL, TTL, 1, 0, keys.settled_channel, "args", *fields]
+    assert recorder.sent.pop() == _redis_py("EVALSHA", sha, 23, *script_keys, *args)
+
+
+async def test_the_packed_offer_is_the_command_redis_py_would_send(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    keys = QueueKeys.for_queue("p", "q")
+    recorder = _Recorder([])
+    monkeypatch.setattr(leasing, "lines_for", lambda _: recorder)
+    token = "o:\u00e9"
+    await leasing.idle(cast("Redis", object()), keys, token, lease_ms=30, hold_ms=5, forget=["a"])
+    script_keys = [
+        keys.idle,
+        keys.direct(token),
+        keys.taken(token),
+        keys.job_prefix,
+        keys.taken_prefix,
+    ]
+    command = ("EVALSHA", leasing._IDLE.sha, 5, *script_keys, f"30 {token}", 5, "a")
+    assert recorder.sent == [_redis_py(*command)]

@@ -1,4 +1,4 @@
-"""lua/enqueue.lua through ``scripts.enqueue``: every branch of its header.
+"""lua/enqueue.lua through ``enqueues.enqueue``: every branch of its header.
 
 fakeredis[lua] is faithful for what this script uses (TIME, HSET/HGET, RPUSH, ZADD, ZRANGE,
 LLEN, DEL, PTTL), so every test runs on both fakeredis and the real server. Nothing here
@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 
 from aioqueue.core import lifecycle
 from aioqueue.core.keys import QueueKeys
-from aioqueue.store import scripts
+from aioqueue.store.scripts import leasing
 from tests.store.script_helpers import lease, put, redis_now_ms
 
 
@@ -136,7 +136,7 @@ async def test_a_finished_id_is_not_run_again_while_its_record_lasts(
     """An id is an idempotency key: a resend or retry after the job ran must not rerun it."""
     await lease(db, keys, "a", token="w:1")
     settled = lifecycle.Settlement(b"a", "w:1", "complete", b'"old result"')
-    assert await scripts.ack(db, keys, [settled], result_ttl_ms=60_000) == [True]
+    assert await leasing.ack(db, keys, [settled], result_ttl_ms=60_000) == [True]
     ttl = await db.pttl(keys.job("a"))
 
     again = await put(
@@ -153,7 +153,7 @@ async def test_a_finished_id_is_not_run_again_while_its_record_lasts(
 async def test_an_id_is_free_again_once_its_record_expired(db: Redis, keys: QueueKeys) -> None:
     await lease(db, keys, "a", token="w:1")
     settled = lifecycle.Settlement(b"a", "w:1", "complete", b"1")
-    assert await scripts.ack(db, keys, [settled], result_ttl_ms=60_000) == [True]
+    assert await leasing.ack(db, keys, [settled], result_ttl_ms=60_000) == [True]
     await db.delete(keys.job("a"))  # as its TTL would
 
     assert await put(db, keys, "a") == lifecycle.Enqueued(created=True, state="queued")

@@ -1,4 +1,4 @@
-"""lua/take.lua through ``scripts.take``: order, leases, stale and poison entries, tokens.
+"""lua/take.lua through ``leasing.take``: order, leases, stale and poison entries, tokens.
 
 fakeredis[lua] is faithful for what this script uses (TIME, LPOP with a count, redis.pcall
 error tables on WRONGTYPE, cjson, INCR, LTRIM, ZADD), so every test runs on both fakeredis
@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 
 from aioqueue.core import lifecycle
 from aioqueue.core.keys import PRIORITY_LEVELS, QueueKeys
-from aioqueue.store import scripts
+from aioqueue.store.scripts import admin, leasing
 from tests.store.script_helpers import LEASE_MS, put, take
 
 
@@ -25,7 +25,7 @@ async def ready_entries(db: Redis, keys: QueueKeys) -> int:
 async def test_take_leases_a_job(db: Redis, keys: QueueKeys) -> None:
     await put(db, keys, "a", priority=4, max_attempts=5)
 
-    result = await scripts.take(db, keys, lease="w:7", lease_ms=30_000, limit=10)
+    result = await leasing.take(db, keys, lease="w:7", lease_ms=30_000, limit=10)
 
     assert result.now_ms > 0
     assert result.jobs == [lifecycle.Taken(b"a", b'{"t":"a"}', 1, 5, "w:7")]
@@ -80,7 +80,7 @@ async def test_attempts_count_from_the_record(db: Redis, keys: QueueKeys) -> Non
     await put(db, keys, "a")
     await db.hset(keys.job("a"), "n", 2)  # as after two earlier attempts
 
-    result = await scripts.take(db, keys, lease="w:1", lease_ms=1_000, limit=1)
+    result = await leasing.take(db, keys, lease="w:1", lease_ms=1_000, limit=1)
 
     assert result.jobs[0].attempts == 3
     assert result.jobs[0].max_attempts == 0
@@ -90,7 +90,7 @@ async def test_attempts_count_from_the_record(db: Redis, keys: QueueKeys) -> Non
 async def test_a_cancelled_entry_is_skipped(db: Redis, keys: QueueKeys) -> None:
     await put(db, keys, "gone")
     await put(db, keys, "b")
-    code, _ = await scripts.cancel(db, keys, "gone", result_ttl_ms=60_000)
+    code, _ = await admin.cancel(db, keys, "gone", result_ttl_ms=60_000)
     assert code == "cancelled"
 
     assert await take(db, keys, 1) == [b"b"]
@@ -172,7 +172,7 @@ async def test_woken_trims_one_token_fewer(db: Redis, keys: QueueKeys) -> None:
 
 async def test_skipped_and_poison_entries_consume_their_tokens(db: Redis, keys: QueueKeys) -> None:
     await put(db, keys, "cancelled")
-    await scripts.cancel(db, keys, "cancelled", result_ttl_ms=60_000)
+    await admin.cancel(db, keys, "cancelled", result_ttl_ms=60_000)
     await put(db, keys, "a")
     await put(db, keys, "b")
     await put(db, keys, "c")
@@ -196,7 +196,7 @@ async def test_notify_is_deleted_when_drained(db: Redis, keys: QueueKeys, woken:
 async def test_take_on_an_empty_queue_clears_stray_tokens(db: Redis, keys: QueueKeys) -> None:
     await db.rpush(keys.notify, 1, 1, 1)
 
-    result = await scripts.take(db, keys, lease="w:1", lease_ms=30_000, limit=5)
+    result = await leasing.take(db, keys, lease="w:1", lease_ms=30_000, limit=5)
 
     assert result.jobs == []
     assert result.now_ms > 0
@@ -212,7 +212,7 @@ async def test_default_plan_is_strict(db: Redis, keys: QueueKeys) -> None:
     await put(db, keys, "high", priority=9)
     strict = [(p, 10) for p in reversed(range(PRIORITY_LEVELS))]
 
-    result = await scripts.take(db, keys, lease="w:1", lease_ms=1_000, limit=10, plan=strict)
+    result = await leasing.take(db, keys, lease="w:1", lease_ms=1_000, limit=10, plan=strict)
 
     assert [job.id for job in result.jobs] == [b"high", b"low"]
 
@@ -222,7 +222,7 @@ async def test_quotas_first_then_fill_in_plan_order(db: Redis, keys: QueueKeys) 
         await put(db, keys, job_id, priority=priority)
     plan = [(0, 1), *((p, 1) for p in range(1, 9)), (9, 2)]  # low level visited first
 
-    result = await scripts.take(db, keys, lease="w:1", lease_ms=1_000, limit=5, plan=plan)
+    result = await leasing.take(db, keys, lease="w:1", lease_ms=1_000, limit=5, plan=plan)
 
     # first pass: 1 low, 2 high; second pass fills the limit in the same order: 2 more low
     assert [job.id for job in result.jobs] == [b"l1", b"h1", b"h2", b"l2", b"l3"]
@@ -235,7 +235,7 @@ async def test_full_quotas_need_no_second_pass(db: Redis, keys: QueueKeys) -> No
         await put(db, keys, job_id, priority=priority)
     plan = [(p, 2) for p in range(PRIORITY_LEVELS)]  # ascending, quotas == limit
 
-    result = await scripts.take(db, keys, lease="w:1", lease_ms=1_000, limit=2, plan=plan)
+    result = await leasing.take(db, keys, lease="w:1", lease_ms=1_000, limit=2, plan=plan)
 
     assert [job.id for job in result.jobs] == [b"l1", b"h1"]
     assert await db.llen(keys.notify) == await ready_entries(db, keys) == 1
@@ -247,7 +247,7 @@ async def test_a_plan_without_every_level_keeps_the_others_tokens(
     await put(db, keys, "low", priority=0)
     await put(db, keys, "high", priority=9)
 
-    result = await scripts.take(db, keys, lease="w:1", lease_ms=1_000, limit=5, plan=[(9, 5)])
+    result = await leasing.take(db, keys, lease="w:1", lease_ms=1_000, limit=5, plan=[(9, 5)])
 
     assert [job.id for job in result.jobs] == [b"high"]
     assert await db.llen(keys.notify) == await ready_entries(db, keys) == 1
@@ -272,9 +272,9 @@ def test_the_packed_take_is_the_command_redis_py_would_send() -> None:
             " ".join(forget),
             *(n for pair in pairs for n in pair),
         ]
-        command = ("EVALSHA", scripts._TAKE.sha, len(script_keys), *script_keys, *args)
+        command = ("EVALSHA", leasing._TAKE.sha, len(script_keys), *script_keys, *args)
         expected = b"".join(Connection().pack_command(*command))
-        assert scripts._pack_take(keys, lease, numbers, pairs, forget) == expected
+        assert leasing._pack_take(keys, lease, numbers, pairs, forget) == expected
 
 
 async def test_a_take_forgets_the_lists_of_earlier_takes(db: Redis, keys: QueueKeys) -> None:
@@ -282,8 +282,8 @@ async def test_a_take_forgets_the_lists_of_earlier_takes(db: Redis, keys: QueueK
     reply is read, the next take deletes it (it would hold every id for a lease)."""
     for job_id in "abc":
         await put(db, keys, job_id)
-    await scripts.take(db, keys, lease="w:1", lease_ms=LEASE_MS, limit=1)
-    await scripts.take(db, keys, lease="w:2", lease_ms=LEASE_MS, limit=1)
+    await leasing.take(db, keys, lease="w:1", lease_ms=LEASE_MS, limit=1)
+    await leasing.take(db, keys, lease="w:2", lease_ms=LEASE_MS, limit=1)
     assert await db.exists(keys.taken("w:1"), keys.taken("w:2")) == 2
-    await scripts.take(db, keys, lease="w:3", lease_ms=LEASE_MS, limit=1, forget=["w:1", "w:2"])
+    await leasing.take(db, keys, lease="w:3", lease_ms=LEASE_MS, limit=1, forget=["w:1", "w:2"])
     assert await db.exists(keys.taken("w:1"), keys.taken("w:2"), keys.taken("w:3")) == 1

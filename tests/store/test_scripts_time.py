@@ -1,4 +1,4 @@
-"""The clock-driven scripts: promotion (lua/take.lua, which scripts.promote calls taking
+"""The clock-driven scripts: promotion (lua/take.lua, which leasing.promote calls taking
 nothing), lua/reclaim.lua and lua/extend.lua.
 
 fakeredis[lua] is faithful for what these scripts use (TIME, ZRANGEBYSCORE with LIMIT,
@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 
 from aioqueue.core import lifecycle
 from aioqueue.core.keys import QueueKeys
-from aioqueue.store import scripts
+from aioqueue.store.scripts import admin, leasing
 from tests.store.script_helpers import lease, put, take
 
 FAR = 3_600_000  # an hour: "not due" for as long as any test runs
@@ -43,7 +43,7 @@ async def test_promote_moves_due_jobs_in_due_order_across_priorities(
     await make_due(db, keys, {"c": 1_000, "a": 2_000, "d": 3_000, "b": 4_000})
     future_due = await db.zscore(keys.schedule, "future")
 
-    promoted = await scripts.promote(db, keys, limit=100)
+    promoted = await leasing.promote(db, keys, limit=100)
 
     assert promoted.count == 4
     assert promoted.next_due_ms == int(future_due or 0)  # the due ms; a fraction orders ties
@@ -66,7 +66,7 @@ async def test_a_take_can_promote_first_and_lease_what_it_promoted(
         await put(db, keys, job_id, delay_ms=FAR)
     await make_due(db, keys, {"a": 1_000, "b": 2_000, "c": 3_000})
 
-    result = await scripts.take(db, keys, lease="w:1", lease_ms=30_000, limit=1, promote=10)
+    result = await leasing.take(db, keys, lease="w:1", lease_ms=30_000, limit=1, promote=10)
 
     assert [job.job_id for job in result.jobs] == ["a"]  # due first, leased in the same call
     assert result.promoted.count == 3
@@ -81,7 +81,7 @@ async def test_a_take_promotes_nothing_unless_asked(db: Redis, keys: QueueKeys) 
     await put(db, keys, "due", delay_ms=FAR)
     await make_due(db, keys, {"due": 1_000})
 
-    result = await scripts.take(db, keys, lease="w:1", lease_ms=30_000, limit=5)
+    result = await leasing.take(db, keys, lease="w:1", lease_ms=30_000, limit=5)
 
     assert (result.jobs, result.promoted.count, result.promoted.next_due_ms) == ([], 0, None)
     assert await db.zrange(keys.schedule, 0, -1) == [b"due"]
@@ -92,19 +92,19 @@ async def test_promote_respects_its_limit(db: Redis, keys: QueueKeys) -> None:
         await put(db, keys, job_id, delay_ms=FAR)
     await make_due(db, keys, {"a": 100, "b": 200, "c": 300})
 
-    first = await scripts.promote(db, keys, limit=2)
+    first = await leasing.promote(db, keys, limit=2)
 
     assert first.count == 2
     assert first.next_due_ms == 300, "the next due time says more is due already"
     assert await db.lrange(keys.ready(0), 0, -1) == [b"a", b"b"]
-    second = await scripts.promote(db, keys, limit=2)
+    second = await leasing.promote(db, keys, limit=2)
     assert (second.count, second.next_due_ms) == (1, None)
     assert await db.lrange(keys.ready(0), 0, -1) == [b"a", b"b", b"c"]
     assert await db.llen(keys.notify) == 3
 
 
 async def test_promote_on_an_empty_schedule(db: Redis, keys: QueueKeys) -> None:
-    promoted = await scripts.promote(db, keys, limit=10)
+    promoted = await leasing.promote(db, keys, limit=10)
 
     assert (promoted.count, promoted.next_due_ms) == (0, None)
     assert promoted.now_ms > 0
@@ -115,7 +115,7 @@ async def test_promote_leaves_jobs_that_are_not_due(db: Redis, keys: QueueKeys) 
     await put(db, keys, "a", delay_ms=FAR)
     due = await db.zscore(keys.schedule, "a")
 
-    promoted = await scripts.promote(db, keys, limit=10)
+    promoted = await leasing.promote(db, keys, limit=10)
 
     assert (promoted.count, promoted.next_due_ms) == (0, due)
     assert promoted.next_due_ms is not None
@@ -132,7 +132,7 @@ async def test_promote_drops_entries_that_are_not_scheduled_jobs(
     await db.zadd(keys.schedule, {"no-record": 1, "wrong-type": 2, "queued-already": 3})
     tokens = await db.llen(keys.notify)
 
-    promoted = await scripts.promote(db, keys, limit=10)
+    promoted = await leasing.promote(db, keys, limit=10)
 
     assert (promoted.count, promoted.next_due_ms) == (0, None)
     assert await db.zcard(keys.schedule) == 0
@@ -151,7 +151,7 @@ async def test_reclaim_requeues_at_the_front(db: Redis, keys: QueueKeys) -> None
     await expire_leases(db, keys, "a")
     tokens = await db.llen(keys.notify)
 
-    reclaimed = await scripts.reclaim(db, keys, limit=10, default_max_attempts=5)
+    reclaimed = await leasing.reclaim(db, keys, limit=10, default_max_attempts=5)
 
     assert reclaimed == lifecycle.Reclaimed(requeued=1, buried=0)
     assert await db.lrange(keys.ready(3), 0, -1) == [b"a", b"b"]
@@ -168,7 +168,7 @@ async def test_reclaim_buries_at_the_jobs_own_max_attempts(db: Redis, keys: Queu
     assert await take(db, keys) == [b"a"]
     await expire_leases(db, keys, "a")
 
-    reclaimed = await scripts.reclaim(db, keys, limit=10, default_max_attempts=5)
+    reclaimed = await leasing.reclaim(db, keys, limit=10, default_max_attempts=5)
 
     assert reclaimed == lifecycle.Reclaimed(requeued=0, buried=1)
     record = await db.hgetall(keys.job("a"))
@@ -197,7 +197,7 @@ async def test_reclaim_max_attempts_falls_back_to_the_default(
     assert await take(db, keys) == [b"a"]
     await expire_leases(db, keys, "a")
 
-    assert await scripts.reclaim(db, keys, limit=10, default_max_attempts=default) == expected
+    assert await leasing.reclaim(db, keys, limit=10, default_max_attempts=default) == expected
 
 
 async def test_reclaim_leaves_live_leases_alone(db: Redis, keys: QueueKeys) -> None:
@@ -205,7 +205,7 @@ async def test_reclaim_leaves_live_leases_alone(db: Redis, keys: QueueKeys) -> N
     assert await take(db, keys) == [b"a"]
     deadline = await db.zscore(keys.active, "a")
 
-    assert await scripts.reclaim(db, keys, limit=10, default_max_attempts=3) == (
+    assert await leasing.reclaim(db, keys, limit=10, default_max_attempts=3) == (
         lifecycle.Reclaimed(0, 0)
     )
     assert await db.zscore(keys.active, "a") == deadline
@@ -218,7 +218,7 @@ async def test_reclaim_respects_its_limit(db: Redis, keys: QueueKeys) -> None:
     assert await take(db, keys, limit=3) == [b"a", b"b", b"c"]
     await expire_leases(db, keys, "a", "b", "c")
 
-    assert await scripts.reclaim(db, keys, limit=2, default_max_attempts=3) == (
+    assert await leasing.reclaim(db, keys, limit=2, default_max_attempts=3) == (
         lifecycle.Reclaimed(2, 0)
     )
     assert await db.zcard(keys.active) == 1
@@ -228,7 +228,7 @@ async def test_reclaim_respects_its_limit(db: Redis, keys: QueueKeys) -> None:
 async def test_reclaim_drops_stale_active_entries(db: Redis, keys: QueueKeys) -> None:
     await db.zadd(keys.active, {"ghost": 1})
 
-    assert await scripts.reclaim(db, keys, limit=10, default_max_attempts=3) == (
+    assert await leasing.reclaim(db, keys, limit=10, default_max_attempts=3) == (
         lifecycle.Reclaimed(0, 0)
     )
     assert await db.zcard(keys.active) == 0
@@ -242,9 +242,9 @@ async def test_reclaim_drops_stale_active_entries(db: Redis, keys: QueueKeys) ->
 async def test_extend_renews_held_leases(db: Redis, keys: QueueKeys) -> None:
     await put(db, keys, "a")
     await put(db, keys, "b")
-    taken = await scripts.take(db, keys, lease="w:1", lease_ms=1_000, limit=2)
+    taken = await leasing.take(db, keys, lease="w:1", lease_ms=1_000, limit=2)
 
-    extended = await scripts.extend(db, keys, [(b"a", "w:1"), (b"b", "w:1")], lease_ms=FAR)
+    extended = await leasing.extend(db, keys, [(b"a", "w:1"), (b"b", "w:1")], lease_ms=FAR)
 
     assert extended == lifecycle.Extended(lost=[], aborted=[])
     for job_id in ("a", "b"):
@@ -258,12 +258,12 @@ async def test_extend_returns_the_leases_no_longer_held(db: Redis, keys: QueueKe
         await put(db, keys, job_id, max_attempts=5)
     assert len(await take(db, keys, limit=4)) == 4
     await expire_leases(db, keys, "reclaimed")
-    assert (await scripts.reclaim(db, keys, limit=10, default_max_attempts=5)).requeued == 1
+    assert (await leasing.reclaim(db, keys, limit=10, default_max_attempts=5)).requeued == 1
     done = lifecycle.Settlement(b"done", "w:1", "complete", b"1")
-    assert await scripts.ack(db, keys, [done], result_ttl_ms=60_000) == [True]
+    assert await leasing.ack(db, keys, [done], result_ttl_ms=60_000) == [True]
     wrong_token_deadline = await db.zscore(keys.active, "wrong-token")
 
-    extended = await scripts.extend(
+    extended = await leasing.extend(
         db,
         keys,
         [
@@ -289,7 +289,7 @@ async def test_extend_returns_the_leases_no_longer_held(db: Redis, keys: QueueKe
 
 
 async def test_extend_with_nothing_to_renew(db: Redis, keys: QueueKeys) -> None:
-    assert await scripts.extend(db, keys, [], lease_ms=1_000) == lifecycle.Extended([], [])
+    assert await leasing.extend(db, keys, [], lease_ms=1_000) == lifecycle.Extended([], [])
 
 
 async def test_extend_reports_held_jobs_whose_abort_was_requested(
@@ -298,9 +298,9 @@ async def test_extend_reports_held_jobs_whose_abort_was_requested(
     await put(db, keys, "a")
     await put(db, keys, "b")
     assert len(await take(db, keys, limit=2)) == 2
-    assert (await scripts.cancel(db, keys, "b", result_ttl_ms=FAR))[0] == "aborting"
+    assert (await admin.cancel(db, keys, "b", result_ttl_ms=FAR))[0] == "aborting"
 
-    extended = await scripts.extend(db, keys, [(b"a", "w:1"), (b"b", "w:1")], lease_ms=FAR)
+    extended = await leasing.extend(db, keys, [(b"a", "w:1"), (b"b", "w:1")], lease_ms=FAR)
 
     assert extended == lifecycle.Extended(lost=[], aborted=[b"b"])
 
@@ -310,10 +310,10 @@ async def test_reclaim_ends_a_job_whose_abort_was_requested_as_cancelled(
 ) -> None:
     await put(db, keys, "a", max_attempts=5)
     assert await take(db, keys) == [b"a"]
-    assert (await scripts.cancel(db, keys, "a", result_ttl_ms=FAR))[0] == "aborting"
+    assert (await admin.cancel(db, keys, "a", result_ttl_ms=FAR))[0] == "aborting"
     await expire_leases(db, keys, "a")
 
-    result = await scripts.reclaim(db, keys, limit=10, default_max_attempts=5, result_ttl_ms=FAR)
+    result = await leasing.reclaim(db, keys, limit=10, default_max_attempts=5, result_ttl_ms=FAR)
 
     assert result == lifecycle.Reclaimed(requeued=0, buried=1)
     assert await db.hget(keys.job("a"), "s") == b"cancelled"
@@ -326,6 +326,6 @@ async def test_reclaim_never_buries_a_job_that_retries_forever(db: Redis, keys: 
         job = await lease(db, keys, "a")
         assert job.attempts == attempt
         await expire_leases(db, keys, "a")
-        reclaimed = await scripts.reclaim(db, keys, limit=10, default_max_attempts=3)
+        reclaimed = await leasing.reclaim(db, keys, limit=10, default_max_attempts=3)
         assert reclaimed == lifecycle.Reclaimed(requeued=1, buried=0)
     assert await db.hget(keys.job("a"), "s") == b"queued"

@@ -11,7 +11,7 @@ import pytest
 from redis.asyncio import Redis
 
 import aioqueue
-from aioqueue.store import scripts
+from aioqueue.store.scripts import leasing
 from tests.apps import delivery_app
 from tests.helpers import counts, drain, run_until_idle, wait_until
 
@@ -73,7 +73,7 @@ async def test_a_job_that_keeps_killing_its_worker_ends_dead(app: aioqueue.App) 
     queue = app.queue()
     redis = await app.client()
     for _ in range(2):  # two takes whose workers "die": their leases are expired at once
-        taken = await scripts.take(redis, queue.keys, lease="dead:1", lease_ms=0, limit=1)
+        taken = await leasing.take(redis, queue.keys, lease="dead:1", lease_ms=0, limit=1)
         assert len(taken.jobs) == 1
         await wait_until(lambda: _reclaim_once(app), timeout=5)
     info = await job.info()
@@ -85,7 +85,7 @@ async def test_a_job_that_keeps_killing_its_worker_ends_dead(app: aioqueue.App) 
 
 
 async def _reclaim_once(app: aioqueue.App) -> bool:
-    result = await scripts.reclaim(
+    result = await leasing.reclaim(
         await app.client(), app.queue().keys, limit=10, default_max_attempts=3
     )
     return result.requeued + result.buried > 0
@@ -112,7 +112,7 @@ async def test_reconcile_puts_back_jobs_whose_entries_vanished(
     keys = queue.keys
     await redis.delete(*keys.ready_lists())  # what an eviction may do (ready jobs first)
     await redis.rpush(keys.ready(5), running.id)
-    taken = await scripts.take(await app.client(), keys, lease="gone:1", lease_ms=60_000, limit=1)
+    taken = await leasing.take(await app.client(), keys, lease="gone:1", lease_ms=60_000, limit=1)
     assert [job.job_id for job in taken.jobs] == [running.id]
     await redis.delete(keys.schedule, keys.active)
     assert await queue.counts() == counts()  # nothing to be seen: the jobs would be stranded

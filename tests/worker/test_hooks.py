@@ -10,7 +10,7 @@ import pytest
 
 import aioqueue
 from aioqueue.core.middleware import CallNext
-from aioqueue.store import scripts
+from aioqueue.store.scripts import leasing
 from tests.helpers import run_until_idle, wait_until
 
 
@@ -159,7 +159,7 @@ def fragile_task(
 
 async def lease_and_die(app: aioqueue.App) -> None:
     """Take a job as a worker that dies at once: its lease has lapsed when taken."""
-    taken = await scripts.take(
+    taken = await leasing.take(
         await app.client(), app.queue().keys, lease="dead:1", lease_ms=0, limit=1
     )
     assert len(taken.jobs) == 1

@@ -22,7 +22,7 @@ from aioqueue.client.enqueue import new_job_id
 from aioqueue.core import lifecycle
 from aioqueue.core.ids import done_slot
 from aioqueue.core.keys import QueueKeys
-from aioqueue.store import scripts
+from aioqueue.store.scripts import admin, enqueues, leasing
 from aioqueue.worker.consumer import QueueConsumer
 from tests.helpers import drain, redis_ms, wait_until
 from tests.store.script_helpers import put, redis_now_ms, take
@@ -74,7 +74,7 @@ async def test_an_offer_whose_reply_was_lost_does_not_strand_a_job(
     ran it): the offer is in the idle ZSET. The consumer withdraws it (it may have been
     made), so the next job is not handed to a token nobody listens to (it stayed leased
     until its lease expired, here 30 s)."""
-    real_idle = scripts.idle
+    real_idle = leasing.idle
     lost = asyncio.Event()
 
     async def idle(redis: Redis, keys: QueueKeys, token: str, **kw: Any) -> list[Any]:
@@ -84,7 +84,7 @@ async def test_an_offer_whose_reply_was_lost_does_not_strand_a_job(
             raise RedisConnectionError("the reply was lost")
         return handed
 
-    monkeypatch.setattr(scripts, "idle", idle)
+    monkeypatch.setattr(leasing, "idle", idle)
 
     @app.task
     async def echo(value: int) -> int:
@@ -102,7 +102,7 @@ async def test_a_failed_withdrawal_does_not_strand_a_job(
     """A withdrawal that fails (here: the connection drops before it is sent) is retried
     (it is safe to resend): else the offer stayed out until it lapsed, and a job enqueued
     meanwhile sat leased to this live worker until its lease expired."""
-    real_idle = scripts.idle
+    real_idle = leasing.idle
     failed = asyncio.Event()
 
     async def idle(redis: Redis, keys: QueueKeys, token: str, **kw: Any) -> list[Any]:
@@ -111,7 +111,7 @@ async def test_a_failed_withdrawal_does_not_strand_a_job(
             raise RedisConnectionError("connection dropped")
         return await real_idle(redis, keys, token, **kw)
 
-    monkeypatch.setattr(scripts, "idle", idle)
+    monkeypatch.setattr(leasing, "idle", idle)
 
     @app.task
     async def echo(value: int) -> int:
@@ -130,11 +130,11 @@ async def test_a_withdrawal_flags_a_job_whose_abort_was_requested(
     marks it for abort (ab=1) and publishes its id, which no worker holds yet. The
     withdrawal returns it flagged, and the consumer ends it as cancelled without starting
     it (it started it, and the abort landed only at the next lease renewal)."""
-    await scripts.idle(db, keys, "o:1", lease_ms=LEASE_MS, hold_ms=HOLD_MS)
+    await leasing.idle(db, keys, "o:1", lease_ms=LEASE_MS, hold_ms=HOLD_MS)
     await put(db, keys, "a")
-    outcome, _ = await scripts.cancel(db, keys, "a", result_ttl_ms=60_000)
+    outcome, _ = await admin.cancel(db, keys, "a", result_ttl_ms=60_000)
     assert outcome == "aborting"
-    handed = await scripts.idle(db, keys, "o:1", lease_ms=LEASE_MS, hold_ms=0)
+    handed = await leasing.idle(db, keys, "o:1", lease_ms=LEASE_MS, hold_ms=0)
     assert [(job.id, aborted) for job, aborted in handed] == [(b"a", True)]
 
 
@@ -157,11 +157,11 @@ async def test_a_handed_job_flagged_aborted_ends_cancelled_without_running(
 
         await wait_until(offered)
         token = "o:test"  # an offer of our own, lapsing before the worker's: taken first
-        await scripts.idle(redis, keys, token, lease_ms=LEASE_MS, hold_ms=1_000)
+        await leasing.idle(redis, keys, token, lease_ms=LEASE_MS, hold_ms=1_000)
         job = await record.enqueue(1)  # handed to our offer ...
         assert await redis.hget(keys.job(job.id), "w") == token.encode()
-        await scripts.cancel(redis, keys, job.id, result_ttl_ms=60_000)  # ... then cancelled
-        handed = await scripts.idle(redis, keys, token, lease_ms=LEASE_MS, hold_ms=0)
+        await admin.cancel(redis, keys, job.id, result_ttl_ms=60_000)  # ... then cancelled
+        handed = await leasing.idle(redis, keys, token, lease_ms=LEASE_MS, hold_ms=0)
         consumer._idle.admit_handed(handed)  # what the consumer's withdrawal does with them
         with pytest.raises(aioqueue.JobCancelled):
             await job.result(timeout=5)
@@ -176,7 +176,7 @@ async def test_a_withdrawn_job_is_not_overtaken_by_the_take_after_it(
     its first key), and a withdrawal that lands late cannot let a take overtake it (it is
     awaited before the take). Both failed: the BLPOP found the notify token first, the
     withdrawal ran in the background and the take's reply landed first (b ran before a)."""
-    real_idle = scripts.idle
+    real_idle = leasing.idle
     offer_out, go_on = asyncio.Event(), asyncio.Event()
 
     async def idle(redis: Redis, keys: QueueKeys, token: str, **kw: Any) -> list[Any]:
@@ -188,7 +188,7 @@ async def test_a_withdrawn_job_is_not_overtaken_by_the_take_after_it(
             await asyncio.sleep(0.3)  # the withdrawal's reply is slow
         return handed
 
-    monkeypatch.setattr(scripts, "idle", idle)
+    monkeypatch.setattr(leasing, "idle", idle)
     ran: list[str] = []
 
     @app.task
@@ -209,9 +209,9 @@ async def test_a_withdrawn_job_is_not_overtaken_by_the_take_after_it(
 
 
 async def test_a_batch_of_two_priorities_is_not_handed(db: Redis, keys: QueueKeys) -> None:
-    await scripts.idle(db, keys, "o:1", lease_ms=LEASE_MS, hold_ms=HOLD_MS)
+    await leasing.idle(db, keys, "o:1", lease_ms=LEASE_MS, hold_ms=HOLD_MS)
     jobs = [lifecycle.NewJob("lo", b"{}", 0), lifecycle.NewJob("hi", b"{}", 9)]
-    await scripts.enqueue_many(db, keys, jobs)
+    await enqueues.enqueue_many(db, keys, jobs)
     assert await db.exists(keys.direct("o:1")) == 0
     assert await take(db, keys, 2) == [b"hi", b"lo"]  # strict priority holds
 
@@ -221,8 +221,8 @@ async def test_an_explicit_id_handed_then_enqueued_again_is_not_duplicated(
 ) -> None:
     """An id handed to an offer is 'active': a later enqueue of it (a retry by the caller,
     or a resend) writes nothing, hands nothing and pushes no notify token."""
-    await scripts.idle(db, keys, "o:1", lease_ms=LEASE_MS, hold_ms=HOLD_MS)
-    await scripts.idle(db, keys, "o:2", lease_ms=LEASE_MS, hold_ms=HOLD_MS + 1)
+    await leasing.idle(db, keys, "o:1", lease_ms=LEASE_MS, hold_ms=HOLD_MS)
+    await leasing.idle(db, keys, "o:2", lease_ms=LEASE_MS, hold_ms=HOLD_MS + 1)
     await put(db, keys, "a")
     again = await put(db, keys, "a", check_created=False)
     assert again == lifecycle.Enqueued(False, "active")
@@ -273,22 +273,22 @@ async def test_stopping_with_an_offer_out_leaves_no_offer_and_no_stranded_job(
 async def test_a_completed_id_of_any_shape_is_found_in_its_done_slot(
     db: Redis, keys: QueueKeys, job_id: bytes
 ) -> None:
-    await scripts.enqueue(
+    await enqueues.enqueue(
         db, keys, job_id=cast("str", job_id), payload=b"{}", priority=0, max_attempts=0,
         delay_ms=0, due_ms=0,
     )  # fmt: skip
-    taken = await scripts.take(db, keys, lease="w:1", lease_ms=LEASE_MS, limit=1)
+    taken = await leasing.take(db, keys, lease="w:1", lease_ms=LEASE_MS, limit=1)
     [job] = taken.jobs
     assert job.id == job_id
     now = await redis_now_ms(db)
     settlement = lifecycle.Settlement(job.id, job.lease, "complete", b"null", 0)
-    assert await scripts.ack(db, keys, [settlement], result_ttl_ms=60_000, kept_ms=60_000) == [True]
+    assert await leasing.ack(db, keys, [settlement], result_ttl_ms=60_000, kept_ms=60_000) == [True]
     found = [
         g for g in (now // 60_000, now // 60_000 + 1)
         if await db.hexists(keys.done(60_000, g, done_slot(job_id)), job_id)
     ]  # fmt: skip
     assert found, "not in the done hash Python computes"
-    again = await scripts.enqueue(
+    again = await enqueues.enqueue(
         db, keys, job_id=cast("str", job_id), payload=b"{}", priority=0, max_attempts=0,
         delay_ms=0, due_ms=0, span_ms=60_000,
     )  # fmt: skip
@@ -400,14 +400,14 @@ async def test_stop_is_not_held_by_a_withdrawal_retried_for_idle_wait(
     """A withdrawal retries for idle_wait + OFFER_MARGIN measured from its first attempt, and
     does not look at ``stopping``: with Redis failing the withdrawal, Worker.stop() waits
     that long (62 s at idle_wait=60). Here idle_wait=6: the stop took ~8 s."""
-    real_idle = scripts.idle
+    real_idle = leasing.idle
 
     async def idle(redis: Redis, keys: QueueKeys, token: str, **kw: Any) -> list[Any]:
         if kw["hold_ms"] == 0:
             raise RedisConnectionError("Redis went away")
         return await real_idle(redis, keys, token, **kw)
 
-    monkeypatch.setattr(scripts, "idle", idle)
+    monkeypatch.setattr(leasing, "idle", idle)
 
     @app.task
     async def noop() -> None:

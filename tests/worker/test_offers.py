@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 import aioqueue
 from aioqueue.core import lifecycle
 from aioqueue.core.keys import QueueKeys
-from aioqueue.store import scripts
+from aioqueue.store.scripts import enqueues, leasing
 from tests.helpers import wait_until
 from tests.store.script_helpers import put, redis_now_ms, take
 
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 async def offer(db: Redis, keys: QueueKeys, token: str, hold_ms: int = HOLD_MS) -> None:
-    assert await scripts.idle(db, keys, token, lease_ms=LEASE_MS, hold_ms=hold_ms) == []
+    assert await leasing.idle(db, keys, token, lease_ms=LEASE_MS, hold_ms=hold_ms) == []
 
 
 async def test_a_new_job_goes_to_the_offer_leased_as_a_take_would(
@@ -51,7 +51,7 @@ async def test_a_new_job_goes_to_the_offer_leased_as_a_take_would(
     assert deadline is not None and before + LEASE_MS <= deadline <= after + LEASE_MS
     assert await db.llen(keys.ready(0)) == 0 and await db.llen(keys.notify) == 0
     [item] = await db.lrange(keys.direct("o:7"), 0, -1)
-    handed = scripts.handed_job(cast("bytes", item), "o:7")
+    handed = leasing.handed_job(cast("bytes", item), "o:7")
     assert handed == lifecycle.Taken(b"a", b'{"t":"a"}', 1, 4, "o:7", 0)
     assert 0 < await db.pttl(keys.direct("o:7")) <= LEASE_MS
     assert await db.zcard(keys.idle) == 0  # an offer takes one job
@@ -63,7 +63,7 @@ async def test_one_job_per_offer_the_longest_waiting_first_the_rest_to_ready(
     await offer(db, keys, "o:1", hold_ms=HOLD_MS)
     await offer(db, keys, "o:2", hold_ms=HOLD_MS + 1_000)
     jobs = [lifecycle.NewJob(f"j{n}", b'{"t":"x"}', 5) for n in range(4)]
-    await scripts.enqueue_many(db, keys, jobs)
+    await enqueues.enqueue_many(db, keys, jobs)
 
     assert await db.lrange(keys.direct("o:1"), 0, -1) == [b"0 2 j0" + b'{"t":"x"}']
     assert await db.lrange(keys.direct("o:2"), 0, -1) == [b"0 2 j1" + b'{"t":"x"}']
@@ -103,11 +103,11 @@ async def test_a_withdrawal_returns_what_was_handed_and_ends_the_offer(
 ) -> None:
     await offer(db, keys, "o:1")
     await put(db, keys, "a")  # handed before the consumer popped it
-    handed = await scripts.idle(db, keys, "o:1", lease_ms=LEASE_MS, hold_ms=0)
+    handed = await leasing.idle(db, keys, "o:1", lease_ms=LEASE_MS, hold_ms=0)
     assert [job.id for job, _ in handed] == [b"a"] and handed[0][0].lease == "o:1"
-    assert handed == [(scripts.handed_job(b'0 1 a{"t":"a"}', "o:1"), False)]
+    assert handed == [(leasing.handed_job(b'0 1 a{"t":"a"}', "o:1"), False)]
     assert await db.exists(keys.direct("o:1")) == 0 and await db.zcard(keys.idle) == 0
-    again = await scripts.idle(db, keys, "o:1", lease_ms=LEASE_MS, hold_ms=0)
+    again = await leasing.idle(db, keys, "o:1", lease_ms=LEASE_MS, hold_ms=0)
     assert again == handed  # a resent withdrawal
     await put(db, keys, "b")  # no offer out: to ready
     assert await take(db, keys) == [b"b"]
@@ -121,10 +121,10 @@ async def test_a_job_popped_but_lost_comes_back_with_the_withdrawal_until_reclai
     await offer(db, keys, "o:1")
     await put(db, keys, "a")
     assert await db.lpop(keys.direct("o:1")) is not None  # the lost reply
-    [(handed, aborted)] = await scripts.idle(db, keys, "o:1", lease_ms=LEASE_MS, hold_ms=0)
+    [(handed, aborted)] = await leasing.idle(db, keys, "o:1", lease_ms=LEASE_MS, hold_ms=0)
     assert (handed.id, handed.lease, handed.attempts, aborted) == (b"a", "o:1", 1, False)
     await db.hset(keys.job("a"), "w", "o:2")  # reclaimed and leased again meanwhile
-    assert await scripts.idle(db, keys, "o:1", lease_ms=LEASE_MS, hold_ms=0) == []
+    assert await leasing.idle(db, keys, "o:1", lease_ms=LEASE_MS, hold_ms=0) == []
 
 
 async def test_a_resent_enqueue_of_a_handed_job_writes_nothing(db: Redis, keys: QueueKeys) -> None:

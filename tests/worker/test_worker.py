@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 import aioqueue
 from aioqueue.core import lifecycle
 from aioqueue.core.keys import QueueKeys
-from aioqueue.store import scripts
+from aioqueue.store.scripts import leasing
 from tests.helpers import counts, drain, run_until_idle, wait_until
 
 
@@ -450,7 +450,7 @@ async def test_burst_worker_does_not_strand_a_retried_job(
     before the retry's ack, and the worker reads the ack's reply before the take's (two
     connections). Unpatched, the same thing happens now and then on its own. (At start the
     fetch loop and the promoter both take: one gets the job, the other comes back empty.)"""
-    real_take, real_ack = scripts.take, scripts.ack
+    real_take, real_ack = leasing.take, leasing.ack
     empty_take_ran, acked = asyncio.Event(), asyncio.Event()
     replayed = False
 
@@ -470,8 +470,8 @@ async def test_burst_worker_does_not_strand_a_retried_job(
         acked.set()
         return settled
 
-    monkeypatch.setattr(scripts, "take", take)
-    monkeypatch.setattr(scripts, "ack", ack)
+    monkeypatch.setattr(leasing, "take", take)
+    monkeypatch.setattr(leasing, "ack", ack)
 
     calls = 0
 
@@ -597,7 +597,7 @@ async def test_the_ack_loop_survives_redis_pys_writer_race(
     """redis-py's asyncio writer raises AttributeError or TypeError (not ConnectionError)
     when the peer closed the connection under a write (redis-py #3546, #4287). The ack
     loop keeps the batch and tries again instead of dying with the jobs unacked."""
-    real_ack = scripts.ack
+    real_ack = leasing.ack
     failures: list[int] = []
 
     async def racing_ack(*args: Any, **kwargs: Any) -> list[bool]:
@@ -606,7 +606,7 @@ async def test_the_ack_loop_survives_redis_pys_writer_race(
             raise (AttributeError if len(failures) == 1 else TypeError)("'NoneType' object")
         return await real_ack(*args, **kwargs)
 
-    monkeypatch.setattr(scripts, "ack", racing_ack)
+    monkeypatch.setattr(leasing, "ack", racing_ack)
 
     @app.task
     async def echo(value: int) -> int:

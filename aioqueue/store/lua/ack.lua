@@ -13,11 +13,12 @@ KEYS[6]      job_prefix           prefix of job records; carries the queue's has
 KEYS[7]      done_prefix          prefix of the done hashes (include/done.lua); likewise
 KEYS[8..17]  ready          LIST  ready lists of priorities 0..9
 KEYS[18]     history_prefix       prefix of the history hashes (include/history.lua)
-KEYS[19]     groups         HASH  group -> id of the job that holds it (include/links.lua)
-KEYS[20]     group_prefix         prefix of the groups' waiting lists
-KEYS[21]     inputs_prefix        prefix of the parents' inputs hashes
-KEYS[22]     handoff        ZSET  outcomes for parents on other queues, to deliver there
-KEYS[23]     waiting        STRING how many jobs wait (behind a group, or for children)
+KEYS[19..23] links                the keys of include/links.lua, as QueueKeys.links():
+             groups         HASH  group -> id of the job that holds it
+             group_prefix         prefix of the groups' waiting lists
+             inputs_prefix        prefix of the parents' inputs hashes
+             handoff        ZSET  outcomes for parents on other queues, to deliver there
+             waiting        STRING how many jobs wait (behind a group, or for children)
 ARGV[1] result_ttl_ms  how long finished records with a result or an error are kept; 0
                        deletes them
 ARGV[2] kept_ms        how long a complete job with no result (None) is remembered: the
@@ -26,12 +27,18 @@ ARGV[2] kept_ms        how long a complete job with no result (None) is remember
 ARGV[3] keep_payload   1: a complete record keeps its payload; 0: it keeps only its state,
                        attempts, times and result (the payload is most of a record)
 ARGV[4] history_ms     how long per-minute outcome counts are kept (0: none are)
-ARGV[5] settled        the queue's settled channel: finished ids are announced there
+ARGV[5] settled_channel  the queue's settled channel: finished ids are announced there
                        (include/settled.lua); '' announces nothing
-ARGV[6] format         'json': ARGV[7] is one JSON array of [id, lease, outcome, data,
-                       delay_ms] arrays (one argument for the whole batch: packing five
-                       arguments per job costs the client more than the rest of the ack);
-                       'args': ARGV[7..] are groups of five (for ids that are not UTF-8)
+ARGV[6] format         'json': ARGV[7] is one JSON array of settlements, each an array
+                       (one argument for the whole batch: packing five arguments per job
+                       costs the client more than the rest of the ack); 'args': ARGV[7..]
+                       are the settlements' fields, five per job (for ids not UTF-8)
+ARGV[7..] settlements  the batch, five fields per job:
+  .id        the job's id
+  .lease     the lease token it was taken under
+  .outcome   what became of it, below
+  .data      result or error JSON
+  .delay_ms  retry: run again after this long (Redis clock)
   outcome  complete  data = result JSON ('null' for None: no result is stored)
            retry     data = error JSON; run again after delay_ms (Redis clock)
            bury      data = error JSON; move to the dead set
@@ -57,13 +64,15 @@ another queue waits for it: the worker delivers it), -2 lease not held.
 -- @include links
 local active, schedule, dead, notify = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local schedule_wake, job_prefix, done_prefix, READY = KEYS[5], KEYS[6], KEYS[7], 8
+local history_prefix, LINKS = KEYS[18], 19
 local result_ttl_ms, kept_ms, keep_payload = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
-local history_ms, settled_channel, history_prefix = tonumber(ARGV[4]), ARGV[5], KEYS[18]
+local history_ms, settled_channel, format = tonumber(ARGV[4]), ARGV[5], ARGV[6]
+local SETTLEMENTS = 7
 local now = redis_clock()
 local counts, finished = {}, {} -- outcome code -> n; ids of jobs that finished
 local unleased = {} -- ids whose leases go, in one ZREM at the end
 local marks = {} -- completed ids to remember, by done hash (include/done.lua)
-local L = links_context(19, {
+local L = links_context(LINKS, {
   job_prefix = job_prefix, ready = READY, notify = notify, schedule = schedule,
   schedule_wake = schedule_wake, now = now, result_ttl_ms = result_ttl_ms, finished = finished,
 })
@@ -161,14 +170,14 @@ local function settle(id, lease, outcome, data, delay_ms)
 end
 
 local codes = {}
-if ARGV[6] == 'json' then
-  local batch = cjson.decode(ARGV[7])
+if format == 'json' then
+  local batch = cjson.decode(ARGV[SETTLEMENTS])
   for i = 1, #batch do
     local s = batch[i]
     codes[i] = settle(s[1], s[2], s[3], s[4], tonumber(s[5]))
   end
 else
-  for i = 7, #ARGV, 5 do
+  for i = SETTLEMENTS, #ARGV, 5 do
     codes[#codes + 1] = settle(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3],
       tonumber(ARGV[i + 4]))
   end

@@ -14,17 +14,18 @@ KEYS[2]      schedule       ZSET  job id -> due time (ms)
 KEYS[3]      skips          STRING ready entries of cancelled jobs
 KEYS[4]      notify         LIST  wake-up tokens
 KEYS[5]      schedule_wake  LIST  at most one token for pollers
-KEYS[6]      groups         HASH  group -> id of the job that holds it
-KEYS[7]      group_prefix         prefix of the groups' waiting lists
-KEYS[8]      inputs_prefix        prefix of the parents' inputs hashes
-KEYS[9]      handoff        ZSET  outcomes for parents on other queues, to deliver there
-KEYS[10]     waiting        STRING how many jobs wait (behind a group, or for children)
+KEYS[6..10]  links                the keys of include/links.lua, as QueueKeys.links():
+             groups         HASH  group -> id of the job that holds it
+             group_prefix         prefix of the groups' waiting lists
+             inputs_prefix        prefix of the parents' inputs hashes
+             handoff        ZSET  outcomes for parents on other queues, to deliver there
+             waiting        STRING how many jobs wait (behind a group, or for children)
 KEYS[11..20] ready          LIST  ready lists of priorities 0..9
 ARGV[1] id
 ARGV[2] result_ttl_ms  how long a cancelled scheduled record is kept (0: deleted). A
                        queued one keeps its record until take skips its ready entry.
 ARGV[3] abort_channel  pub/sub channel of the queue's aborts
-ARGV[4] settled        the queue's settled channel: a cancelled id is announced there
+ARGV[4] settled_channel  the queue's settled channel: a cancelled id is announced there
 
 Returns {code, state}: code 1 cancelled; 2 abort requested (state active); 0 not
 cancellable (state says why: complete, dead, ...); -1 no such job.
@@ -33,9 +34,11 @@ cancellable (state says why: complete, dead, ...); -1 no such job.
 -- @include record
 -- @include settled
 -- @include links
-local schedule, skips = KEYS[2], KEYS[3]
+local job_prefix, schedule, skips, notify = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local schedule_wake, LINKS, READY = KEYS[5], 6, 11
 local id, result_ttl_ms, abort_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local job = KEYS[1] .. id
+local settled_channel = ARGV[4]
+local job = job_prefix .. id
 
 local record = redis.call('HMGET', job, 's', 'g', 'pa', 'pi', 'pt', 'pq')
 local state = record[1]
@@ -49,9 +52,9 @@ if state ~= 'queued' and state ~= 'scheduled' and state ~= 'waiting' then return
 
 local now = redis_clock()
 local finished = {id}
-local L = links_context(6, {
-  job_prefix = KEYS[1], ready = 11, notify = KEYS[4], schedule = schedule,
-  schedule_wake = KEYS[5], now = now, result_ttl_ms = result_ttl_ms, finished = finished,
+local L = links_context(LINKS, {
+  job_prefix = job_prefix, ready = READY, notify = notify, schedule = schedule,
+  schedule_wake = schedule_wake, now = now, result_ttl_ms = result_ttl_ms, finished = finished,
 })
 local reason = error_json('JobCancelled', 'cancelled before it ran')
 redis.call('HSET', job, 's', 'cancelled', 'ft', now, 'e', reason)
@@ -64,5 +67,5 @@ end
 local outcome = reason -- a batch's barrier tells its callbacks the counts so far
 if record[5] and redis.call('HEXISTS', job, 'p') == 0 then outcome = barrier_summary(job) end
 follow_links(L, id, false, outcome, record[2], record[3], record[4], record[5], record[6])
-announce_settled(ARGV[4], finished)
+announce_settled(settled_channel, finished)
 return {1, 'cancelled'}

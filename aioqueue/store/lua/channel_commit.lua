@@ -10,14 +10,16 @@ ARGV[3] members  "1": the reader must be a member (a group)
 
 Returns the reader's cursor after the call, or -1 if the reader is not a member.
 ]]
-local cursor = redis.call('ZSCORE', KEYS[2], ARGV[1])
+local log, cursors, seq = KEYS[1], KEYS[2], KEYS[3]
+local reader, upto, members = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
+local cursor = redis.call('ZSCORE', cursors, reader)
 if not cursor then
-  if ARGV[3] == '1' then return -1 end
+  if members then return -1 end
   cursor = 0
 end
-local last = tonumber(redis.call('GET', KEYS[3]) or '0')
-local new = math.min(math.max(tonumber(cursor), tonumber(ARGV[2])), last)
-redis.call('ZADD', KEYS[2], new, ARGV[1])
-local lowest = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-redis.call('XTRIM', KEYS[1], 'MINID', (tonumber(lowest[2]) + 1) .. '-0')
+local last = tonumber(redis.call('GET', seq) or '0')
+local new = math.min(math.max(tonumber(cursor), upto), last)
+redis.call('ZADD', cursors, new, reader)
+local lowest = redis.call('ZRANGE', cursors, 0, 0, 'WITHSCORES')
+redis.call('XTRIM', log, 'MINID', (tonumber(lowest[2]) + 1) .. '-0')
 return new

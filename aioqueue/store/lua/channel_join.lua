@@ -9,11 +9,13 @@ ARGV[2] history  "1": start before the oldest message the group still keeps; "0"
 
 Returns 1 if the member joined, 0 if it was a member already (its cursor is kept).
 ]]
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
-local start = tonumber(redis.call('GET', KEYS[2]) or '0')
-if ARGV[2] == '1' then
-  local oldest = redis.call('XRANGE', KEYS[3], '-', '+', 'COUNT', 1)
+local cursors, seq, log = KEYS[1], KEYS[2], KEYS[3]
+local member, history = ARGV[1], ARGV[2] == '1'
+if redis.call('ZSCORE', cursors, member) then return 0 end
+local start = tonumber(redis.call('GET', seq) or '0')
+if history then
+  local oldest = redis.call('XRANGE', log, '-', '+', 'COUNT', 1)
   if #oldest > 0 then start = tonumber(string.match(oldest[1][1], '^(%d+)')) - 1 end
 end
-redis.call('ZADD', KEYS[1], start, ARGV[1])
+redis.call('ZADD', cursors, start, member)
 return 1

@@ -7,11 +7,13 @@ ARGV[1] member   who leaves
 
 Returns 1 if the member left, 0 if it was not a member.
 ]]
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
-local lowest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local cursors, log = KEYS[1], KEYS[2]
+local member = ARGV[1]
+if redis.call('ZREM', cursors, member) == 0 then return 0 end
+local lowest = redis.call('ZRANGE', cursors, 0, 0, 'WITHSCORES')
 if #lowest == 0 then
-  redis.call('DEL', KEYS[2])
+  redis.call('DEL', log)
 else
-  redis.call('XTRIM', KEYS[2], 'MINID', (tonumber(lowest[2]) + 1) .. '-0')
+  redis.call('XTRIM', log, 'MINID', (tonumber(lowest[2]) + 1) .. '-0')
 end
 return 1

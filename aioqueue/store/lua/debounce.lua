@@ -21,18 +21,20 @@ this call's arguments and its start moved).
 -- @include clock
 -- @include schedule
 local schedule, schedule_wake, job_prefix, debounce = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local key = ARGV[1]
-local due = redis_clock() + tonumber(ARGV[5])
+local seq = KEYS[5]
+local key, payload, priority, max_attempts = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local window_ms = tonumber(ARGV[5])
+local due = redis_clock() + window_ms
 local pending = redis.call('HGET', debounce, key)
 if pending and redis.call('HGET', job_prefix .. pending, 's') == 'scheduled' then
-  redis.call('HSET', job_prefix .. pending, 'p', ARGV[2], 'pr', ARGV[3], 'm', ARGV[4])
+  redis.call('HSET', job_prefix .. pending, 'p', payload, 'pr', priority, 'm', max_attempts)
   redis.call('ZREM', schedule, pending) -- (then in FIFO order among its new due time's)
   schedule_at(schedule, schedule_wake, pending, due)
   return {pending, 'debounced'}
 end
-local id = 'debounce:' .. key .. ':' .. redis.call('INCR', KEYS[5])
-redis.call('HSET', job_prefix .. id, 'p', ARGV[2], 's', 'scheduled', 'm', ARGV[4],
-  'pr', ARGV[3], 'et', due - tonumber(ARGV[5]))
+local id = 'debounce:' .. key .. ':' .. redis.call('INCR', seq)
+redis.call('HSET', job_prefix .. id, 'p', payload, 's', 'scheduled', 'm', max_attempts,
+  'pr', priority, 'et', due - window_ms)
 schedule_at(schedule, schedule_wake, id, due)
 redis.call('HSET', debounce, key, id)
 return {id, 'scheduled'}

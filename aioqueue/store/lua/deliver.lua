@@ -8,32 +8,38 @@ KEYS[1]      job_prefix           prefix of job records; carries the queue's has
 KEYS[2]      notify         LIST  wake-up tokens
 KEYS[3]      schedule       ZSET  job id -> due time (ms)
 KEYS[4]      schedule_wake  LIST  at most one token for pollers
-KEYS[5]      groups         HASH  group -> id of the job that holds it (include/links.lua)
-KEYS[6]      group_prefix         prefix of the groups' waiting lists
-KEYS[7]      inputs_prefix        prefix of the parents' inputs hashes
-KEYS[8]      handoff        ZSET  this queue's own outcomes for parents on yet other queues
-KEYS[9]      waiting        STRING how many jobs wait (behind a group, or for children)
+KEYS[5..9]   links                the keys of include/links.lua, as QueueKeys.links():
+             groups         HASH  group -> id of the job that holds it
+             group_prefix         prefix of the groups' waiting lists
+             inputs_prefix        prefix of the parents' inputs hashes
+             handoff        ZSET  this queue's own outcomes for parents on yet other queues
+             waiting        STRING how many jobs wait (behind a group, or for children)
 KEYS[10..19] ready          LIST  ready lists of priorities 0..9
 ARGV[1]      result_ttl_ms  how long a parent closed here (failed, or a barrier) is kept
-ARGV[2]      settled        the queue's settled channel: parents closed here are announced
-ARGV[3..]    three per outcome: parents (ids, space-separated), the child's index, and
-             "c" (complete) or "f" (failed) followed by its result or error JSON
+ARGV[2]      settled_channel  the queue's settled channel: parents closed here are announced
+ARGV[3..]    outcomes       three per outcome:
+  .parents   the parents' ids, space-separated
+  .position  the child's index among their children
+  .outcome   "c" (complete) or "f" (failed) followed by its result or error JSON
 
 Returns how many outcomes it read.
 ]]
 -- @include clock
 -- @include links
 -- @include settled
+local job_prefix, notify, schedule, schedule_wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local LINKS, READY = 5, 10
+local result_ttl_ms, settled_channel, OUTCOMES = tonumber(ARGV[1]), ARGV[2], 3
 local finished = {}
-local L = links_context(5, {
-  job_prefix = KEYS[1], ready = 10, notify = KEYS[2], schedule = KEYS[3],
-  schedule_wake = KEYS[4], now = redis_clock(), result_ttl_ms = tonumber(ARGV[1]),
+local L = links_context(LINKS, {
+  job_prefix = job_prefix, ready = READY, notify = notify, schedule = schedule,
+  schedule_wake = schedule_wake, now = redis_clock(), result_ttl_ms = result_ttl_ms,
   finished = finished,
 })
-for i = 3, #ARGV, 3 do
+for i = OUTCOMES, #ARGV, 3 do
   local outcome = ARGV[i + 2]
   report_to_parents(L, ARGV[i], ARGV[i + 1], string.sub(outcome, 1, 1) == 'c',
     string.sub(outcome, 2), nil)
 end
-announce_settled(ARGV[2], finished)
-return (#ARGV - 2) / 3
+announce_settled(settled_channel, finished)
+return (#ARGV - OUTCOMES + 1) / 3

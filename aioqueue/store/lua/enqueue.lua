@@ -28,14 +28,18 @@ ARGV[2]      priorities     the priorities of KEYS[14..], comma-separated, e.g. 
 ARGV[3]      span_ms        the idempotency window of completed jobs with no result
 ARGV[4]      resend         1 if this call may have run already (a resend after a dropped
                             connection): then no id is taken to be fresh
-ARGV[5..]    seven per job: id, payload (JSON), priority (0..9, written as in ARGV[2]),
-             max_attempts (0 = the worker's default, -1 = unlimited), delay_ms (from now on the Redis
-             clock; <= 0 for none), due_ms (epoch ms; <= 0 for none; the later of the two
-             wins), fresh (1: the id was just generated, 72 random bits after its
-             millisecond, so it cannot have a record or a done entry yet, and is not
-             looked for); integers in decimal, stored as sent
-ARGV[12..13] only with count = 1, optionally: periodic spec name, tick_ms — the job is
-             written only if that tick is later than the last one recorded for the spec
+ARGV[5..]    jobs           seven per job (integers in decimal, stored as sent):
+  .id            its id
+  .payload       JSON
+  .priority      0..9, written as in ARGV[2]
+  .max_attempts  0 = the worker's default, -1 = unlimited
+  .delay_ms      from now on the Redis clock; <= 0 for none
+  .due_ms        epoch ms; <= 0 for none; the later of the two wins
+  .fresh         1: the id was just generated, 72 random bits after its millisecond, so
+                 it cannot have a record or a done entry yet, and is not looked for
+             A call of one job may add two more: a periodic spec name and tick_ms; the
+             job is then written only if that tick is later than the last one recorded
+             for the spec.
 
 Offers: while a consumer waits with nothing to do and has offered to be handed a job
 (idle.lua), the call's first queued jobs go straight to such consumers, one each, leased
@@ -49,34 +53,35 @@ a job with its id exists (state is then that job's state; 'complete' for one in 
 hash) or its tick was enqueued already (state 'tick-done').
 ]]
 -- @include clock
--- @include done
 -- @include handed
+-- @include new_job
 -- @include notify
--- @include record
 -- @include schedule
 local notify, schedule, schedule_wake = KEYS[1], KEYS[2], KEYS[3]
 local ticks, job_prefix, done_prefix = KEYS[4], KEYS[5], KEYS[6]
 local idle, active, paused, limits = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local ready_prefix, direct_prefix, taken_prefix, READY = KEYS[11], KEYS[12], KEYS[13], 14
-local count, span_ms, resend = tonumber(ARGV[1]), tonumber(ARGV[3]), ARGV[4] == '1'
+local count, priorities, span_ms = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local resend, JOBS = ARGV[4] == '1', 5
+local spec, tick_ms = ARGV[JOBS + 7], ARGV[JOBS + 8] -- (after a lone job: see the header)
 
 -- Straight-line code, no closures or iterators per job: this runs once per enqueue.
 local ready = {}
-if #ARGV[2] == 1 then -- one priority: a lone job, and most batches
-  ready[ARGV[2]] = KEYS[READY]
+if #priorities == 1 then -- one priority: a lone job, and most batches
+  ready[priorities] = KEYS[READY]
 else
   local position = READY
-  for priority in string.gmatch(ARGV[2], '%d+') do
+  for priority in string.gmatch(priorities, '%d+') do
     ready[priority] = KEYS[position]
     position = position + 1
   end
 end
 
-if count == 1 and ARGV[12] then -- one job per periodic tick, however many schedulers race
-  local last = tonumber(redis.call('HGET', ticks, ARGV[12]) or -1)
-  local tick_ms = tonumber(ARGV[13])
-  if tick_ms <= last then return {0, 'tick-done'} end
-  redis.call('HSET', ticks, ARGV[12], tick_ms)
+if count == 1 and spec then -- one job per periodic tick, however many schedulers race
+  local last = tonumber(redis.call('HGET', ticks, spec) or -1)
+  local tick = tonumber(tick_ms)
+  if tick <= last then return {0, 'tick-done'} end
+  redis.call('HSET', ticks, spec, tick)
 end
 
 local now = redis_clock()
@@ -85,21 +90,17 @@ local tokens = 0
 local pushes = {} -- ready list -> the ids to append, in order: one RPUSH per list per call
 
 for i = 1, count do
-  local base = i * 7 - 2 -- id, payload, priority, max_attempts, delay_ms, due_ms, fresh
+  local base = JOBS + (i - 1) * 7 -- the job's seven fields, as the header lists them
   local id = ARGV[base]
   local job = job_prefix .. id
   local existing = false
   if resend or ARGV[base + 6] ~= '1' then
-    existing = record_state(job)
-    if not existing and is_done(done_prefix, id, now, span_ms) then existing = 'complete' end
+    existing = known_state(job, done_prefix, id, now, span_ms)
   end
   if existing then
     out[2 * i - 1], out[2 * i] = 0, existing
   else
-    local due = 0
-    local delay_ms, due_ms = tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5])
-    if delay_ms > 0 then due = now + delay_ms end
-    if due_ms > due then due = due_ms end
+    local due = due_time(now, tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5]))
     -- priority and max_attempts are stored as sent (decimal integers from the client);
     -- attempts (n) only once taken: absent is 0 to every reader
     if due > now then

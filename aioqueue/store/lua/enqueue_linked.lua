@@ -17,44 +17,52 @@ KEYS[2]      schedule       ZSET  job id -> due time (ms)
 KEYS[3]      schedule_wake  LIST  at most one token for pollers
 KEYS[4]      job_prefix           prefix of job records; carries the queue's hash tag
 KEYS[5]      done_prefix          prefix of the done hashes (include/done.lua)
-KEYS[6]      groups         HASH  group -> id of the job that holds it
-KEYS[7]      group_prefix         prefix of the groups' waiting lists
-KEYS[8]      inputs_prefix        prefix of the parents' inputs hashes (include/links.lua)
-KEYS[9]      handoff        ZSET  outcomes for parents on other queues (include/links.lua)
-KEYS[10]     waiting        STRING how many jobs wait (every job here is written waiting,
+KEYS[6..10]  links                the keys of include/links.lua, as QueueKeys.links():
+             groups         HASH  group -> id of the job that holds it
+             group_prefix         prefix of the groups' waiting lists
+             inputs_prefix        prefix of the parents' inputs hashes
+             handoff        ZSET  outcomes for parents on other queues
+             waiting        STRING how many jobs wait (every job here is written waiting,
                                   and counted, then made ready if it need not wait)
 KEYS[11..20] ready          LIST  ready lists of priorities 0..9
 ARGV[1]      count          jobs in this call
 ARGV[2]      span_ms        the idempotency window of completed jobs with no result
 ARGV[3]      seal           ids of parents to seal after this call's jobs (space-separated)
 ARGV[4]      result_ttl_ms  how long a barrier's record is kept once it completes
-ARGV[5]      settled        the queue's settled channel: barriers completed by the seal are
-                            announced there
-ARGV[6..]    twelve per job: id, payload ('' for a barrier: a parent with no task),
-             priority, max_attempts, delay_ms, due_ms (as in enqueue.lua), group ('' for
-             none), parents (ids, space-separated; '' for none), index (its place among its
-             parents' children), parent ('' if it is not one; else its policy and whether
-             it keeps its children's results: 'f1', 'f0', 'i1' or 'i0'), parents' queue
-             ('' if they are on this queue; else their queue, where they are counted: a
-             child's outcome is handed off there), remote children (how many of a
-             parent's children are on other queues: counted now, as they cannot be when
-             they are written)
+ARGV[5]      settled_channel  the queue's settled channel: barriers completed by the seal
+                            are announced there
+ARGV[6..]    jobs           twelve per job:
+  .id               its id
+  .payload          JSON; '' for a barrier (a parent with no task)
+  .priority         as in enqueue.lua, and the next three too
+  .max_attempts
+  .delay_ms
+  .due_ms
+  .group            '' for none
+  .parents          its parents' ids, space-separated; '' for none
+  .position         its index among its parents' children
+  .parent           '' if it is not one; else its policy and whether it keeps its
+                    children's results: 'f1', 'f0', 'i1' or 'i0'
+  .parent_queue     '' if its parents are on this queue; else their queue, where they
+                    are counted: its outcome is handed off there
+  .remote_children  how many of a parent's children are on other queues: counted now,
+                    as they cannot be when they are written
 
 Returns {created_1, state_1, created_2, ...} as enqueue.lua does; a child not written
 because a parent of it is sealed already (its workflow was written before) says 'sealed'.
 ]]
 -- @include clock
--- @include done
 -- @include links
--- @include record
+-- @include new_job
 -- @include settled
 local notify, schedule, schedule_wake = KEYS[1], KEYS[2], KEYS[3]
-local job_prefix, done_prefix = KEYS[4], KEYS[5]
-local count, span_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
+local job_prefix, done_prefix, LINKS, READY = KEYS[4], KEYS[5], 6, 11
+local count, span_ms, seal = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local result_ttl_ms, settled_channel, JOBS = tonumber(ARGV[4]), ARGV[5], 6
 local now = redis_clock()
-local L = links_context(6, {
-  job_prefix = job_prefix, ready = 11, notify = notify, schedule = schedule,
-  schedule_wake = schedule_wake, now = now, result_ttl_ms = tonumber(ARGV[4]), finished = {},
+local L = links_context(LINKS, {
+  job_prefix = job_prefix, ready = READY, notify = notify, schedule = schedule,
+  schedule_wake = schedule_wake, now = now, result_ttl_ms = result_ttl_ms, finished = {},
 })
 local out = {}
 
@@ -80,14 +88,13 @@ local function joins(parents, index)
 end
 
 for i = 1, count do
-  local base = i * 12 - 6
+  local base = JOBS + (i - 1) * 12 -- the job's twelve fields, as the header lists them
   local id, payload, priority = ARGV[base], ARGV[base + 1], ARGV[base + 2]
   local delay_ms, due_ms = tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5])
   local group, parents, parent = ARGV[base + 6], ARGV[base + 7], ARGV[base + 9]
   local parent_queue, remote_children = ARGV[base + 10], tonumber(ARGV[base + 11])
   local key = job_prefix .. id
-  local existing = record_state(key)
-  if not existing and is_done(done_prefix, id, now, span_ms) then existing = 'complete' end
+  local existing = known_state(key, done_prefix, id, now, span_ms)
   local index = ARGV[base + 8]
   if not existing and parents ~= '' and parent_queue == '' and not joins(parents, index) then
     existing = 'sealed'
@@ -95,9 +102,7 @@ for i = 1, count do
   if existing then
     out[2 * i - 1], out[2 * i] = 0, existing
   else
-    local due = 0
-    if delay_ms > 0 then due = now + delay_ms end
-    if due_ms > due then due = due_ms end
+    local due = due_time(now, delay_ms, due_ms)
     redis.call('HSET', key, 's', 'waiting', 'm', ARGV[base + 3], 'pr', priority,
       'et', now, 'k', 1) -- k: it has links (ack reads them only then)
     redis.call('INCR', L.waiting)
@@ -127,6 +132,6 @@ for i = 1, count do
   end
 end
 
-for parent in string.gmatch(ARGV[3], '%S+') do seal_parent(L, parent) end
-announce_settled(ARGV[5], L.finished) -- (barriers with no children complete at once)
+for parent in string.gmatch(seal, '%S+') do seal_parent(L, parent) end
+announce_settled(settled_channel, L.finished) -- (barriers with no children complete at once)
 return out

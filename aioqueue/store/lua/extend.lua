@@ -3,7 +3,9 @@
 KEYS[1] active      ZSET  job id -> lease deadline (ms)
 KEYS[2] job_prefix        prefix of job records; carries the queue's hash tag
 ARGV[1] lease_ms    new lease length from now
-ARGV[2..] pairs: id, lease token
+ARGV[2..]   leases    two per job:
+  .id       the job's id
+  .lease    the lease token it holds
 
 Returns {lost, aborted}: ids whose lease passed to another owner or expired (the worker
 should stop caring about them), and ids held whose abort was requested (a fallback for a
@@ -11,11 +13,11 @@ missed abort message). Jobs this lease already settled are neither.
 ]]
 -- @include clock
 local active, job_prefix = KEYS[1], KEYS[2]
-local lease_ms = tonumber(ARGV[1])
+local lease_ms, LEASES = tonumber(ARGV[1]), 2
 local now = redis_clock()
 
 local lost, aborted = {}, {}
-for i = 2, #ARGV, 2 do
+for i = LEASES, #ARGV, 2 do
   local id, lease = ARGV[i], ARGV[i + 1]
   local record = redis.call('HMGET', job_prefix .. id, 's', 'w', 'ab')
   if record[1] == 'active' and record[2] == lease then

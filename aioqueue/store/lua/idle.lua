@@ -25,8 +25,8 @@ offer or take (its forget list) or expires with the lease.
 -- @include handed
 local idle, direct, taken = KEYS[1], KEYS[2], KEYS[3]
 local job_prefix, taken_prefix = KEYS[4], KEYS[5]
-local member, hold_ms = ARGV[1], tonumber(ARGV[2])
-for token in string.gmatch(ARGV[3] or '', '%S+') do redis.call('DEL', taken_prefix .. token) end
+local member, hold_ms, forget = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+for token in string.gmatch(forget or '', '%S+') do redis.call('DEL', taken_prefix .. token) end
 if hold_ms > 0 then
   redis.call('ZADD', idle, redis_clock() + hold_ms, member)
   return {}

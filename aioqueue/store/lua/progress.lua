@@ -7,7 +7,9 @@ ARGV[2] value   the progress, as JSON
 
 Returns 1 if recorded, 0 if the job is no longer the caller's to report on.
 ]]
-local record = redis.call('HMGET', KEYS[1], 's', 'w')
-if record[1] ~= 'active' or record[2] ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'pg', ARGV[2])
+local job = KEYS[1]
+local lease, value = ARGV[1], ARGV[2]
+local record = redis.call('HMGET', job, 's', 'w')
+if record[1] ~= 'active' or record[2] ~= lease then return 0 end
+redis.call('HSET', job, 'pg', value)
 return 1

@@ -21,9 +21,10 @@ call (-1 if empty).
 -- @include clock
 -- @include promote_due
 local schedule, notify, dead, seq, job_prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local READY = 6
 local limit, front = tonumber(ARGV[1]), ARGV[2] == '1'
 local now, now_us = redis_clock()
 
-local promoted = promote_due(schedule, notify, dead, seq, job_prefix, 6, now, limit, front)
+local promoted = promote_due(schedule, notify, dead, seq, job_prefix, READY, now, limit, front)
 local head = redis.call('ZRANGE', schedule, 0, 0, 'WITHSCORES')
 return {now_us, promoted, tonumber(head[2] or -1)}

@@ -10,15 +10,15 @@ ARGV[2..] ids   the dead jobs to purge; none means the oldest `limit`
 Returns the number purged.
 ]]
 -- @include dead
-local dead, job_prefix = KEYS[1], KEYS[2]
-local limit = tonumber(ARGV[1])
+local dead, job_prefix, inputs_prefix = KEYS[1], KEYS[2], KEYS[3]
+local limit, IDS = tonumber(ARGV[1]), 2
 
-local ids = chosen_dead(dead, limit)
+local ids = chosen_dead(dead, limit, IDS)
 
 local purged = 0
 for i = 1, #ids do
   if redis.call('ZREM', dead, ids[i]) == 1 then
-    delete_dead(job_prefix, KEYS[3], ids[i])
+    delete_dead(job_prefix, inputs_prefix, ids[i])
     purged = purged + 1
   end
 end

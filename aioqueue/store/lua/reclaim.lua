@@ -11,17 +11,18 @@ KEYS[5..14]  ready       LIST  ready lists of priorities 0..9
 KEYS[15]     history_prefix    prefix of the history hashes (include/history.lua)
 KEYS[16]     schedule    ZSET  job id -> due time (ms)
 KEYS[17]     schedule_wake LIST at most one token for pollers
-KEYS[18]     groups      HASH  group -> id of the job that holds it (include/links.lua)
-KEYS[19]     group_prefix      prefix of the groups' waiting lists
-KEYS[20]     inputs_prefix     prefix of the parents' inputs hashes
-KEYS[21]     handoff     ZSET  outcomes for parents on other queues, to deliver there
-KEYS[22]     waiting     STRING how many jobs wait (behind a group, or for children)
+KEYS[18..22] links             the keys of include/links.lua, as QueueKeys.links():
+             groups      HASH  group -> id of the job that holds it
+             group_prefix      prefix of the groups' waiting lists
+             inputs_prefix     prefix of the parents' inputs hashes
+             handoff     ZSET  outcomes for parents on other queues, to deliver there
+             waiting     STRING how many jobs wait (behind a group, or for children)
 ARGV[1] limit                  max jobs per call
 ARGV[2] default_max_attempts   for jobs enqueued without their own maximum (m = 0); a
                                job with m < 0 retries forever and is never buried here
 ARGV[3] result_ttl_ms          how long the record of a job whose abort was requested is kept
 ARGV[4] history_ms             how long per-minute outcome counts are kept (0: none are)
-ARGV[5] settled                the queue's settled channel ('' announces nothing)
+ARGV[5] settled_channel        the queue's settled channel ('' announces nothing)
 
 Returns {requeued, buried, id_1, payload_1, attempts_1, max_attempts_1, id_2, ...}: buried
 counts the cancelled ones too; the jobs listed are those buried dead (their hooks are
@@ -34,13 +35,14 @@ the caller's to run). Jobs buried or cancelled here set off their links (include
 -- @include settled
 -- @include links
 local active, dead, notify, job_prefix, READY = KEYS[1], KEYS[2], KEYS[3], KEYS[4], 5
-local limit, default_max, result_ttl_ms = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local history_ms, settled_channel = tonumber(ARGV[4]), ARGV[5]
+local history_prefix, schedule, schedule_wake, LINKS = KEYS[15], KEYS[16], KEYS[17], 18
+local limit, default_max_attempts = tonumber(ARGV[1]), tonumber(ARGV[2])
+local result_ttl_ms, history_ms, settled_channel = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local now = redis_clock()
 local finished = {}
-local L = links_context(18, {
-  job_prefix = job_prefix, ready = READY, notify = notify, schedule = KEYS[16],
-  schedule_wake = KEYS[17], now = now, result_ttl_ms = result_ttl_ms, finished = finished,
+local L = links_context(LINKS, {
+  job_prefix = job_prefix, ready = READY, notify = notify, schedule = schedule,
+  schedule_wake = schedule_wake, now = now, result_ttl_ms = result_ttl_ms, finished = finished,
 })
 
 local expired = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, limit)
@@ -64,7 +66,7 @@ for i = 1, #expired do
   elseif record[1] == 'active' then
     local attempts = tonumber(record[2] or 0) or 0
     local max = tonumber(record[3] or 0) or 0
-    if max == 0 then max = default_max end
+    if max == 0 then max = default_max_attempts end
     redis.call('HDEL', key, 'w')
     if max > 0 and attempts >= max then
       local message = 'lease expired ' .. attempts .. ' time(s): the worker died or stalled'
@@ -87,6 +89,6 @@ for i = 1, #expired do
 end
 out[1], out[2] = requeued, buried
 local cancelled = buried - (#out - 2) / 4
-count_history(KEYS[15], now, history_ms, {d = buried - cancelled, x = cancelled})
+count_history(history_prefix, now, history_ms, {d = buried - cancelled, x = cancelled})
 announce_settled(settled_channel, finished)
 return out

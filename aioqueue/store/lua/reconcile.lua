@@ -12,12 +12,13 @@ KEYS[3]      notify      LIST  wake-up tokens
 KEYS[4]      job_prefix        prefix of job records; carries the queue's hash tag
 KEYS[5..14]  ready       LIST  ready lists of priorities 0..9
 KEYS[15]     schedule_wake LIST a token wakes a sleeping promoter for a job put back due now
-KEYS[16]     groups      HASH  group -> id of the job that holds it (include/links.lua)
-KEYS[17]     group_prefix      prefix of the groups' waiting lists
-KEYS[18]     inputs_prefix     prefix of the parents' inputs hashes
-KEYS[19]     handoff     ZSET  outcomes for parents on other queues
-KEYS[20]     waiting     STRING how many jobs wait (behind a group, or for children)
-ARGV[1], ...  ids of job records to look at (found by SCAN), at most a few hundred a call
+KEYS[16..20] links             the keys of include/links.lua, as QueueKeys.links():
+             groups      HASH  group -> id of the job that holds it
+             group_prefix      prefix of the groups' waiting lists
+             inputs_prefix     prefix of the parents' inputs hashes
+             handoff     ZSET  outcomes for parents on other queues
+             waiting     STRING how many jobs wait (behind a group, or for children)
+ARGV[1..]    ids         job records to look at (found by SCAN), at most a few hundred a call
 
 Returns {looked_at, repaired}.
 ]]
@@ -26,15 +27,15 @@ Returns {looked_at, repaired}.
 -- @include schedule
 -- @include links
 local schedule, active, notify, job_prefix, READY = KEYS[1], KEYS[2], KEYS[3], KEYS[4], 5
-local schedule_wake = KEYS[15]
+local schedule_wake, LINKS, IDS = KEYS[15], 16, 1
 local now = redis_clock()
 local repaired = 0
-local L = links_context(16, {
+local L = links_context(LINKS, {
   job_prefix = job_prefix, ready = READY, notify = notify, schedule = schedule,
   schedule_wake = schedule_wake, now = now, result_ttl_ms = 0, finished = {},
 })
 
-for i = 1, #ARGV do
+for i = IDS, #ARGV do
   local id = ARGV[i]
   local record = redis.pcall('HMGET', job_prefix .. id, 's', 'pr', 'g')
   local state = (not record.err) and record[1]

@@ -14,10 +14,10 @@ Returns {requeued, skipped}.
 -- @include dead
 -- @include ready
 local dead, notify, job_prefix, READY = KEYS[1], KEYS[2], KEYS[3], 4
-local limit = tonumber(ARGV[1])
+local limit, IDS = tonumber(ARGV[1]), 2
 local now = redis_clock()
 
-local ids = chosen_dead(dead, limit)
+local ids = chosen_dead(dead, limit, IDS)
 
 local requeued, skipped = 0, 0
 for i = 1, #ids do

@@ -11,6 +11,7 @@ ARGV[3] due_ms         new due time as epoch ms; <= 0 for none (the later of the
 Returns {code, state}: 1 rescheduled; 0 not scheduled (state says what it is); -1 no such job.
 ]]
 -- @include clock
+-- @include new_job
 -- @include schedule
 local job, schedule, schedule_wake = KEYS[1], KEYS[2], KEYS[3]
 local id, delay_ms, due_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -20,9 +21,7 @@ if not state then return {-1, ''} end
 if state ~= 'scheduled' then return {0, state} end
 
 local now = redis_clock()
-local due = now
-if delay_ms > 0 then due = now + delay_ms end
-if due_ms > due then due = due_ms end
+local due = math.max(now, due_time(now, delay_ms, due_ms)) -- (neither: now)
 
 schedule_at(schedule, schedule_wake, id, due, 'XX')
 return {1, state}

@@ -8,9 +8,10 @@ ARGV[1]     tokens  the most wake-up tokens to add
 
 Returns 1 if the queue was paused, 0 if it was not (nothing changes then).
 ]]
-if redis.call('DEL', KEYS[1]) == 0 then return 0 end
+local paused, notify, READY = KEYS[1], KEYS[2], 3
+local tokens = tonumber(ARGV[1])
+if redis.call('DEL', paused) == 0 then return 0 end
 local ready = 0
-for i = 3, 12 do ready = ready + redis.call('LLEN', KEYS[i]) end
-local tokens = math.min(ready, tonumber(ARGV[1]))
-for _ = 1, tokens do redis.call('RPUSH', KEYS[2], 1) end
+for priority = 0, 9 do ready = ready + redis.call('LLEN', KEYS[READY + priority]) end
+for _ = 1, math.min(ready, tokens) do redis.call('RPUSH', notify, 1) end
 return 1

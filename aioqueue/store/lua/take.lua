@@ -57,8 +57,10 @@ ARGV[8] span_ms   the idempotency window of completed jobs with no result: an en
                   job completed so (no record left) is skipped, not buried
 ARGV[9] forget    lease tokens (space-separated) of the caller's earlier takes whose replies
                   it has read: their taken lists are no longer needed and go now
-ARGV[10..] pairs  priority (0..9), quota: the plan (none needed when limit is 0). Unless it
-                  lists all ten levels, the notify tokens of the levels left out are kept.
+ARGV[10..] plan   two per level (none needed when limit is 0); unless it lists all ten
+                  levels, the notify tokens of the levels left out are kept:
+  .priority       0..9
+  .quota          the most to take from it in the first pass
 
 Returns {now_us, promoted, next_due_ms, held, id_1, payload_1, attempts_1, max_attempts_1,
 waited_ms_1, id_2, ...}: now_us is the Redis clock in microseconds (so a promoter can sleep
@@ -78,10 +80,11 @@ local READY, schedule, skips, done_prefix = 6, KEYS[16], KEYS[17], KEYS[18]
 local paused, limits_key, rate_key = KEYS[19], KEYS[20], KEYS[21]
 local taken_prefix, taken_key = KEYS[22], KEYS[23]
 local lease, lease_ms, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-if limit > 0 and redis.call('EXISTS', paused) == 1 then limit = 0 end
 local woken, result_ttl_ms = tonumber(ARGV[4]), tonumber(ARGV[5])
-local promote_limit, front, span_ms = tonumber(ARGV[6]), ARGV[7] == '1', tonumber(ARGV[8])
-if limit > 0 and #ARGV < 11 then
+local promote, front, span_ms = tonumber(ARGV[6]), ARGV[7] == '1', tonumber(ARGV[8])
+local forget, PLAN = ARGV[9], 10
+if limit > 0 and redis.call('EXISTS', paused) == 1 then limit = 0 end
+if limit > 0 and #ARGV < PLAN + 1 then
   return redis.error_reply('take: no priority plan given (ARGV[10..])')
 end
 local now, now_us = redis_clock()
@@ -91,7 +94,7 @@ local function waited_ms(ready_at)
   if not ready_at then return -1 end
   return now - tonumber(ready_at)
 end
-for token in string.gmatch(ARGV[9], '%S+') do redis.call('DEL', taken_prefix .. token) end
+for token in string.gmatch(forget, '%S+') do redis.call('DEL', taken_prefix .. token) end
 
 -- (1) A resent call (same lease token: the client retried after a lost reply) gets the
 -- jobs it took the first time that are still its own, and takes nothing more.
@@ -112,8 +115,8 @@ if #prior > 0 then
 end
 
 -- (2) Promote due jobs first, so the take below can lease them.
-if promote_limit > 0 then
-  out[2] = promote_due(schedule, notify, dead, seq, job_prefix, READY, now, promote_limit, front)
+if promote > 0 then
+  out[2] = promote_due(schedule, notify, dead, seq, job_prefix, READY, now, promote, front)
   local head = redis.call('ZRANGE', schedule, 0, 0, 'WITHSCORES')
   out[3] = tonumber(head[2] or -1)
 end
@@ -175,13 +178,13 @@ local function drain(priority, want)
 end
 
 local partial = false -- any quota below the limit: a second pass may find more
-for i = 10, #ARGV, 2 do
+for i = PLAN, #ARGV, 2 do
   local quota = tonumber(ARGV[i + 1])
   if quota < limit then partial = true end
   drain(tonumber(ARGV[i]), quota)
 end
 if partial then
-  for i = 10, #ARGV, 2 do drain(tonumber(ARGV[i]), limit) end
+  for i = PLAN, #ARGV, 2 do drain(tonumber(ARGV[i]), limit) end
 end
 
 -- (4) Record what this lease took (for a resend), and trim the notify tokens: one per
@@ -198,7 +201,7 @@ if taken > 0 then -- their leases, in one ZADD (all end at the same deadline)
     redis.call('SET', rate_key, string.format('%.0f', tat), 'PX', ttl_ms)
   end
 end
-local every_level = (#ARGV - 9) / 2 >= 10
+local every_level = (#ARGV - PLAN + 1) / 2 >= 10
 if taken < limit and every_level then
   redis.call('DEL', notify) -- every ready list is empty now
 elseif popped > woken then

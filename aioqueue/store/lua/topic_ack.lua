@@ -14,7 +14,7 @@ ARGV[3] lease_ms how long a delivery is leased (a retry waits in the pending lis
                  for a claim when its delay is over: at most lease_ms from now; a longer
                  delay is kept in the retry hash and re-parked by topic_reclaim)
 ARGV[4] dead_max the most dead letters kept (approximately; 0: no bound)
-ARGV[5] channel  pub/sub channel told ("1:*") when messages were processed
+ARGV[5] processed_channel  pub/sub channel told ("1:*") when messages were processed
 ARGV[6] batch    JSON array of [id, outcome, error JSON, delay_ms, attempts]; outcome is
                  complete, fail or abort (acknowledged), bury (acknowledged and
                  dead-lettered), retry (again after delay_ms), release (again at once,
@@ -29,11 +29,10 @@ Returns one code per message: 1 settled, 0 lease not held.
 -- @include publish
 local log, retry, dead = KEYS[1], KEYS[2], KEYS[3]
 local group, consumer, lease_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local dead_max = tonumber(ARGV[4])
+local dead_max, processed_channel = tonumber(ARGV[4]), ARGV[5]
+local batch = cjson.decode(ARGV[6])
 local now = redis_clock()
 local codes, processed = {}, 0
-
-local batch = cjson.decode(ARGV[6])
 
 -- Which of the batch's messages are this consumer's: one XPENDING over the batch's id
 -- range (filtered by consumer) answers for all of them, unless the range holds more of
@@ -76,6 +75,6 @@ if #acked > 0 then redis.call('XACK', log, group, unpack(acked)) end
 processed = #acked
 if processed > 0 then
   trim_processed(log)
-  publish(ARGV[5], '1:*')
+  publish(processed_channel, '1:*')
 end
 return codes

@@ -8,9 +8,10 @@ ARGV[3..] ids     the messages it runs
 
 Returns the ids whose lease it no longer holds (claimed by another worker, or trimmed).
 ]]
-local log, group, consumer = KEYS[1], ARGV[1], ARGV[2]
+local log = KEYS[1]
+local group, consumer, IDS = ARGV[1], ARGV[2], 3
 local lost = {}
-for i = 3, #ARGV do
+for i = IDS, #ARGV do
   local id = ARGV[i]
   local entry = redis.call('XPENDING', log, group, id, id, 1)[1]
   if entry and entry[2] == consumer then

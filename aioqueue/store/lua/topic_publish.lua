@@ -11,14 +11,15 @@ ARGV[2..] bodies the messages (JSON)
 Returns the ids of the messages, in order.
 ]]
 -- @include stream_ids
-local log, max = KEYS[1], tonumber(ARGV[1])
+local log, dropped = KEYS[1], KEYS[2]
+local max, BODIES = tonumber(ARGV[1]), 2
 local ids = {}
-for i = 2, #ARGV do
+for i = BODIES, #ARGV do
   ids[#ids + 1] = redis.call('XADD', log, '*', 'b', ARGV[i])
 end
 if max > 0 and redis.call('XLEN', log) > max then
   trim_processed(log)
   local trimmed = redis.call('XTRIM', log, 'MAXLEN', max)
-  if trimmed > 0 then redis.call('INCRBY', KEYS[2], trimmed) end
+  if trimmed > 0 then redis.call('INCRBY', dropped, trimmed) end
 end
 return ids

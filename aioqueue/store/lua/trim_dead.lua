@@ -12,7 +12,7 @@ Returns the number of dead jobs deleted.
 ]]
 -- @include clock
 -- @include dead
-local dead, job_prefix = KEYS[1], KEYS[2]
+local dead, job_prefix, inputs_prefix = KEYS[1], KEYS[2], KEYS[3]
 local max_jobs, max_age_ms, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = redis_clock()
 
@@ -30,6 +30,6 @@ end
 
 for i = 1, #victims do
   redis.call('ZREM', dead, victims[i])
-  delete_dead(job_prefix, KEYS[3], victims[i])
+  delete_dead(job_prefix, inputs_prefix, victims[i])
 end
 return #victims

@@ -1,0 +1,50 @@
+"""One typed async function per Lua script in ``store/lua`` (``take.lua`` ↔ ``take()``),
+in one module per family:
+
+enqueues   enqueue: writing jobs (the producer's hot path)
+leasing    take, idle, promote, ack, extend, reclaim, progress: a job's lease
+links      enqueue_linked, deliver: groups and workflows
+admin      cancel, reschedule, requeue, purge, trim_dead, reconcile, resume, debounce
+mailboxes  channel_post, channel_commit, channel_join, channel_leave
+topics     topic_publish, topic_ack, topic_reclaim, topic_extend
+replies    CODES, the one table of return codes, and the readers of shared replies
+
+A script's KEYS and ARGV are stated once, in its header (``layout``): a wrapper builds them
+by name, or, where it packs a call from cached parts, checks its order at import.
+
+Two ways to call a script, on purpose. The calls a job meets on its way (enqueue,
+enqueue_linked, take, idle, ack) are packed by hand and sent through ``routing.Lines``:
+what a queue's calls share is packed once, and redis-py's packing and command layer cost
+more than the rest of the call (~0.5 µs an argument). Every other call (admin, lease
+upkeep, messaging, topics, a periodic tick's enqueue) goes through redis-py's command
+layer (``Script.__call__``: EVALSHA, a reload on NOSCRIPT), which routes and retries as
+every other command does and works with any client that has ``evalsha``, a pipeline's
+included: packing these by hand would save little and cost that.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import admin, enqueues, leasing, links, mailboxes, topics
+from .replies import CODES
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+__all__ = ["ALL_SCRIPTS", "CODES", "load_all"]
+
+ALL_SCRIPTS = (
+    *enqueues.SCRIPTS,
+    *leasing.SCRIPTS,
+    *links.SCRIPTS,
+    *admin.SCRIPTS,
+    *mailboxes.SCRIPTS,
+    *topics.SCRIPTS,
+)
+
+
+async def load_all(redis: Redis) -> None:
+    """Load every script up front, so the hot path never meets NOSCRIPT."""
+    for script in ALL_SCRIPTS:
+        await redis.script_load(script.on(redis).source)

@@ -47,12 +47,12 @@ from .core.errors import (
     TlsFailed,
     UnknownTask,
 )
+from .core.handlers import Subscriber, TaskOptions
 from .core.limits import QueueLimits
 from .core.middleware import JobContext, current_job
 from .core.observers import JobEvent, Observer
 from .core.periodic import Periodic
 from .core.records import ErrorInfo, JobInfo, JobStatus, MinuteCounts, QueueCounts, ScheduledJob
-from .core.tasks import Subscriber, TaskOptions
 from .worker import Worker
 
 __all__ = [

@@ -15,10 +15,10 @@ from .client.task import Task, TaskDecorator
 from .client.topics import Topic, topic_names
 from .client.workflows import Batch
 from .core.errors import ConfigError
+from .core.handlers import Handler, Subscriber, check_subscriber
 from .core.keys import listener_wake_channel, validate_name
 from .core.registry import Registry
 from .core.settings import APP_DEFAULTS, AppSettings, prefix_from_env
-from .core.tasks import Handler, Subscriber, check_subscriber
 from .store.clients import Connector
 from .store.connection import failure
 from .store.settled import SettledListener
@@ -31,11 +31,11 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis, RedisCluster
 
     from .client.queue import EnqueueCall
+    from .core.handlers import RunRules, TaskKeywords
     from .core.middleware import LifecycleHook, Middleware
     from .core.observers import Observer
     from .core.periodic import Periodic
     from .core.registry import Schedule
-    from .core.tasks import RunRules, TaskKeywords
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -119,7 +119,7 @@ class App:
     ) -> Task[..., Any] | TaskDecorator:
         """Register a handler (async, or plain ``def`` run in a thread) as a task.
 
-        Options (``core.tasks.TaskKeywords``): ``name``, ``queue``, ``timeout`` (seconds,
+        Options (``core.handlers.TaskKeywords``): ``name``, ``queue``, ``timeout`` (seconds,
         default 300), ``priority``, ``never_retry`` (errors that end the job at once),
         ``dead_letter``; ``retries`` is how many times a failed job runs again (default:
         the app's ``default_max_attempts - 1``), or ``"forever"``: until it succeeds, only

@@ -13,12 +13,12 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import ConfigError, InvalidArguments
+from ..core.handlers import Handler
 from ..core.ids import GENERATED_ID_ALPHABET
 from ..core.lifecycle import NewJob
 from ..core.payload import encode_payload
 from ..core.priorities import DEFAULT_PRIORITY, resolve_priority
 from ..core.settings import check_timeout
-from ..core.tasks import Handler
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence

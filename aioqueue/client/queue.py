@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping, Sequence
     from datetime import datetime, timedelta
 
+    from ..core.handlers import Handler
     from ..core.lifecycle import Enqueued, NewJob
-    from ..core.tasks import Handler
     from .admin import QueueHost
 
 logger = logging.getLogger(__name__)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast, overload
 
-from ..core.tasks import Handler
+from ..core.handlers import Handler
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine
 
-    from ..core.tasks import TaskOptions
+    from ..core.handlers import TaskOptions
     from .job import Job
     from .queue import EnqueueCall, Queue
 

@@ -6,7 +6,7 @@ keys        every Redis key name (one hash tag per queue, mailbox, group or topi
 records     the job record's fields and the views read from it (JobInfo, QueueCounts, ...)
 lifecycle   the values each step of a job's life takes and returns (NewJob, Taken, Settlement)
 payload     the bytes a record holds: payload, result, error
-tasks       a registered handler and its options (TaskOptions, Handler, Subscriber)
+handlers    a registered handler and its options (TaskOptions, Handler, Subscriber)
 registry    what an App registers (tasks, subscribers, periodic specs, hooks, middleware,
             observers), which the worker receives
 backoff     retry delays

@@ -14,9 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from .backoff import Exponential
 from .errors import ConfigError
-from .periodic import Missed, Periodic
-from .priorities import DEFAULT_PRIORITY, resolve_priority
-from .tasks import (
+from .handlers import (
     SUBSCRIBER_PREFIX,
     TASK_DEFAULTS,
     UNLIMITED,
@@ -27,6 +25,8 @@ from .tasks import (
     TaskOptions,
     check_keywords,
 )
+from .periodic import Missed, Periodic
+from .priorities import DEFAULT_PRIORITY, resolve_priority
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence

@@ -35,9 +35,9 @@ from .slots import Slots
 if TYPE_CHECKING:
     from collections.abc import Coroutine
 
+    from ..core.handlers import Handler
     from ..core.lifecycle import Taken
     from ..core.middleware import CallNext, JobContext
-    from ..core.tasks import Handler
     from .acks import Batcher
     from .runner import RunEnv
 

@@ -36,9 +36,9 @@ from ..core.payload import Payload, decode_inputs, encode_error, encode_result
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
 
+    from ..core.handlers import Handler
     from ..core.lifecycle import Taken
     from ..core.middleware import CallNext
-    from ..core.tasks import Handler
     from .acks import Batcher
 
 logger = logging.getLogger(__name__)

@@ -27,9 +27,9 @@ from .runner import failed, run_hooks
 if TYPE_CHECKING:
     import asyncio
 
+    from ..core.handlers import Handler
     from ..core.lifecycle import Taken
     from ..core.middleware import JobContext
-    from ..core.tasks import Handler
     from .acks import Batcher
 
 ABORTED = encode_error("JobCancelled", "aborted while running", "")

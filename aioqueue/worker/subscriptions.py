@@ -34,9 +34,9 @@ if TYPE_CHECKING:
 
     from redis.asyncio import Redis
 
+    from ..core.handlers import Subscriber, TaskOptions
     from ..core.keys import TopicKeys
     from ..core.settings import WorkerSettings
-    from ..core.tasks import Subscriber, TaskOptions
     from .inflight import InFlight
 
 logger = logging.getLogger(__name__)

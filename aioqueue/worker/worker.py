@@ -59,10 +59,10 @@ if TYPE_CHECKING:
 
     from redis.asyncio import Redis
 
+    from ..core.handlers import Subscriber
     from ..core.priorities import PriorityMode
     from ..core.registry import Registry
     from ..core.settings import AppSettings, QueueOrder
-    from ..core.tasks import Subscriber
 
 logger = logging.getLogger(__name__)
 

@@ -91,7 +91,7 @@ def process_runner(command: list[str], cwd: Path) -> Runner:
         out, err = await asyncio.wait_for(process.communicate(json.dumps(spec).encode()), 60)
         if process.returncode != 0:
             raise AssertionError(f"{command[0]} failed ({process.returncode}): {err.decode()}")
-        return [json.loads(line) for line in out.decode().splitlines() if line.strip()]
+        return [json.loads(line) for line in out.decode().split("\n") if line.strip()]  # (not splitlines: U+2028)
 
     return run
 

@@ -51,7 +51,9 @@ def drifted() -> list[str]:
             path = target / file
             if not path.is_file() or path.read_bytes() != text.encode():
                 found.append(str(path.relative_to(CLIENTS.parent)))
-        found += [str((target / extra).relative_to(CLIENTS.parent)) for extra in present - set(wanted)]
+        found += [
+            str((target / extra).relative_to(CLIENTS.parent)) for extra in present - set(wanted)
+        ]
     return sorted(found)
 
 

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import aioqueue
+from tests.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 GO_MODULE = ROOT / "clients" / "go"
@@ -91,7 +92,8 @@ def process_runner(command: list[str], cwd: Path) -> Runner:
         out, err = await asyncio.wait_for(process.communicate(json.dumps(spec).encode()), 60)
         if process.returncode != 0:
             raise AssertionError(f"{command[0]} failed ({process.returncode}): {err.decode()}")
-        return [json.loads(line) for line in out.decode().split("\n") if line.strip()]  # (not splitlines: U+2028)
+        lines = out.decode().split("\n")  # (not splitlines(): JSON may hold a raw U+2028)
+        return [json.loads(line) for line in lines if line.strip()]
 
     return run
 
@@ -169,12 +171,12 @@ class PythonRunner:
     def job(self, ref: Any) -> aioqueue.Job[Any]:
         if isinstance(ref, str):
             return self.queue.job(ref)
-        if isinstance(ref, list):
-            return self.jobs[ref[0]][ref[1]]
-        return self.jobs[ref][0]
+        step, index = (int(ref[0]), int(ref[1])) if isinstance(ref, list) else (int(ref), 0)
+        return self.jobs[step][index]
 
     async def step(self, step: dict[str, Any]) -> dict[str, Any]:
-        before, jobs = time.time() * 1000, []
+        before = time.time() * 1000
+        jobs: list[aioqueue.Job[Any]] = []
         try:
             out, jobs = await self._do(step)
         except Exception as exc:
@@ -199,10 +201,13 @@ class PythonRunner:
         if do == "cancel":
             return {"cancelled": await job.cancel()}, []
         if do == "wait_running":
-            while (status := await job.status()) != aioqueue.JobStatus.ACTIVE:
-                await asyncio.sleep(0.01)
-            return {"status": str(status)}, []
+            await wait_until(lambda: _is_active(job), timeout=10)
+            return {"status": "active"}, []
         raise ValueError(f"unknown step {do}")
+
+
+async def _is_active(job: aioqueue.Job[Any]) -> bool:
+    return await job.status() == aioqueue.JobStatus.ACTIVE
 
 
 async def run_python(spec: dict[str, Any]) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from redis.asyncio import Redis
@@ -120,8 +120,9 @@ async def test_case(
 ) -> None:
     case = load_cases()[name]
     queue = IDLE_QUEUE if case.get("idle") else QUEUE
-    spec = {"url": redis_url, "prefix": prefix, "queue": queue, "config": case.get("config", {}),
-            "steps": [{k: v for k, v in s.items() if k != "expect"} for s in case["steps"]]}  # fmt: skip
+    steps = [{k: v for k, v in step.items() if k != "expect"} for step in case["steps"]]
+    config = case.get("config", {})
+    spec = {"url": redis_url, "prefix": prefix, "queue": queue, "config": config, "steps": steps}
     outcomes = await runner(spec)
     assert len(outcomes) == len(case["steps"]), outcomes
     for index, (step, outcome) in enumerate(zip(case["steps"], outcomes, strict=True)):
@@ -132,7 +133,8 @@ async def test_case(
                 for one, wanted in zip(got or [], want, strict=True):
                     assert {k: one.get(k) for k in wanted} == wanted, f"step {index}: {outcome}"
             else:
-                assert same(got, want), f"step {index} ({step['do']}): {key} {got!r}, want {want!r} in {outcome}"
+                where = f"step {index} ({step['do']}): {key}"
+                assert same(got, want), f"{where} {got!r}, want {want!r} in {outcome}"
     ids = Ids(outcomes)
     keys = QueueKeys.for_queue(prefix, queue)
     check_worker(case, ids, served)
@@ -182,7 +184,8 @@ def check_worker(case: dict[str, Any], ids: Ids, seen: Worker) -> None:
         assert seen.order == [ids(ref) for ref in case["order"]], seen.order
     for expected in case.get("not_before", []):
         started = seen.runs[ids(expected["job"])][0].started_ms
-        assert started >= ids.before_ms(expected["job"]) + expected["ms"], "a delayed job started early"
+        due = ids.before_ms(expected["job"]) + expected["ms"]
+        assert started >= due, f"a delayed job started {due - started:.0f} ms early"
 
 
 async def check_redis(case: dict[str, Any], ids: Ids, keys: QueueKeys, redis: Redis) -> None:
@@ -191,7 +194,7 @@ async def check_redis(case: dict[str, Any], ids: Ids, keys: QueueKeys, redis: Re
         assert found == [], f"refused input wrote {found}"
     for expected in case.get("records", []):
         job_id = ids(expected["job"])
-        record = await redis.hgetall(keys.job(job_id))
+        record = cast("dict[bytes, bytes]", await redis.hgetall(keys.job(job_id)))
         if expected.get("absent"):
             assert record == {}, record
             continue

@@ -37,22 +37,21 @@ type Config struct {
 	PollInterval    time.Duration // Job.Result's look in case an announcement was lost; default 5s
 }
 
-// Client talks to one Redis server; safe for concurrent use. Close it when done.
+// Client talks to one Redis server or a Redis Cluster; safe for concurrent use. Close it
+// when done.
 type Client struct {
 	cfg       Config
 	url       string
-	pool      *redis.Pool
+	backend   backend
 	mu        sync.Mutex
 	listeners map[string]*listener // settled channel -> its listener
 	closed    bool
 }
 
-// NewClient makes a client for the Redis at url (redis://, rediss://, with user,
-// password and database). It connects on first use.
+// NewClient makes a client for the Redis at url: redis:// or rediss:// (with user,
+// password and database) for one server, redis+cluster://host:port[,host:port...] (or
+// rediss+cluster://) for a Redis Cluster. It connects on first use.
 func NewClient(rawURL string, cfg Config) (*Client, error) {
-	if _, err := url.Parse(rawURL); err != nil || rawURL == "" {
-		return nil, invalid("redis URL %q", maskURL(rawURL))
-	}
 	cfg = withDefaults(cfg)
 	if cfg.MaxPayloadBytes <= 0 || cfg.ResultTTL < 0 || cfg.IdempotencyTTL < 0 {
 		return nil, invalid("MaxPayloadBytes must be positive and TTLs not negative")
@@ -60,13 +59,11 @@ func NewClient(rawURL string, cfg Config) (*Client, error) {
 	if _, err := newQueueKeys(cfg.Prefix, "q"); err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, url: rawURL, listeners: map[string]*listener{}}
-	c.pool = &redis.Pool{
-		MaxIdle:     cfg.MaxIdle,
-		IdleTimeout: 4 * time.Minute,
-		DialContext: func(ctx context.Context) (redis.Conn, error) { return c.dial(ctx) },
+	backend, err := newBackend(rawURL, cfg)
+	if err != nil {
+		return nil, err
 	}
-	return c, nil
+	return &Client{cfg: cfg, url: rawURL, backend: backend, listeners: map[string]*listener{}}, nil
 }
 
 func withDefaults(cfg Config) Config {
@@ -97,18 +94,6 @@ func withDefaults(cfg Config) Config {
 	return cfg
 }
 
-func (c *Client) dial(ctx context.Context) (redis.Conn, error) {
-	_ = ctx // (redigo 1.8 dials with a timeout, not a context: ConnectTimeout bounds it)
-	conn, err := redis.DialURL(c.url,
-		redis.DialConnectTimeout(c.cfg.ConnectTimeout),
-		redis.DialReadTimeout(c.cfg.SocketTimeout),
-		redis.DialWriteTimeout(c.cfg.SocketTimeout))
-	if err != nil {
-		return nil, fmt.Errorf("aioqueue: cannot connect to %s: %w", maskURL(c.url), err)
-	}
-	return conn, nil
-}
-
 // Queue is a handle on one named queue (names as in Python: 1-200 characters without
 // braces, colons or spaces).
 func (c *Client) Queue(name string) (*Queue, error) {
@@ -129,26 +114,28 @@ func (c *Client) Close() error {
 	for _, l := range listeners {
 		l.close()
 	}
-	return c.pool.Close()
+	return c.backend.close()
 }
 
 // call is one connection borrowed for the length of a context: each command is bounded
-// by the context's deadline and the client's SocketTimeout.
+// by the context's deadline and the client's SocketTimeout (on a Cluster, where calls
+// follow redirections, by SocketTimeout alone; the context is checked between commands).
 type call struct {
-	ctx     context.Context
-	conn    redis.Conn
-	timeout time.Duration
+	ctx       context.Context
+	conn      redis.Conn
+	timeout   time.Duration
+	pipelined bool // one server: commands may be pipelined (Send, Flush, Receive)
 }
 
-func (c *Client) borrow(ctx context.Context) (*call, error) {
+func (c *Client) borrow(ctx context.Context, slotKey string) (*call, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	conn, err := c.pool.GetContext(ctx)
+	conn, err := c.backend.get(ctx, slotKey)
 	if err != nil {
 		return nil, err
 	}
-	return &call{ctx, conn, c.cfg.SocketTimeout}, nil
+	return &call{ctx, conn, c.cfg.SocketTimeout, !c.backend.cluster()}, nil
 }
 
 func (k *call) do(command string, args ...any) (any, error) {
@@ -162,7 +149,13 @@ func (k *call) do(command string, args ...any) (any, error) {
 			return nil, context.DeadlineExceeded
 		}
 	}
-	reply, err := redis.DoWithTimeout(k.conn, timeout, command, args...)
+	var reply any
+	var err error
+	if k.pipelined {
+		reply, err = redis.DoWithTimeout(k.conn, timeout, command, args...)
+	} else {
+		reply, err = k.conn.Do(command, args...)
+	}
 	if err != nil && k.ctx.Err() != nil {
 		return nil, k.ctx.Err()
 	}
@@ -173,11 +166,11 @@ func (k *call) close() { k.conn.Close() }
 
 // withConn runs fn on a borrowed connection; a connection failure (not a Redis error
 // reply, not the context) is tried once more on a fresh connection, told it is a retry.
-func (c *Client) withConn(ctx context.Context, fn func(k *call, retry bool) error) error {
+func (c *Client) withConn(ctx context.Context, slotKey string, fn func(k *call, retry bool) error) error {
 	var err error
 	for attempt := 0; attempt < 2; attempt++ {
 		var k *call
-		k, err = c.borrow(ctx)
+		k, err = c.borrow(ctx, slotKey)
 		if err == nil {
 			err = fn(k, attempt > 0)
 			k.close()

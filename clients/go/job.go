@@ -52,7 +52,7 @@ func (j *Job) Queue() *Queue { return j.queue }
 // Status reads the job's status; a *JobError wrapping ErrJobNotFound if it has none.
 func (j *Job) Status(ctx context.Context) (Status, error) {
 	var status Status
-	err := j.queue.client.withConn(ctx, func(k *call, _ bool) error {
+	err := j.queue.client.withConn(ctx, j.queue.keys.base, func(k *call, _ bool) error {
 		raw, err := redis.String(k.do("HGET", j.queue.keys.job(j.ID), "s"))
 		if err == nil {
 			status = Status(raw)
@@ -81,7 +81,7 @@ type record struct {
 
 func (j *Job) read(ctx context.Context) (record, error) {
 	var r record
-	err := j.queue.client.withConn(ctx, func(k *call, _ bool) error {
+	err := j.queue.client.withConn(ctx, j.queue.keys.base, func(k *call, _ bool) error {
 		fields, err := redis.StringMap(k.do("HGETALL", j.queue.keys.job(j.ID)))
 		if err != nil {
 			return err
@@ -108,7 +108,19 @@ func (j *Job) isDone(k *call) (bool, error) {
 		return false, nil
 	}
 	generation, slot := time.Now().UnixMilli()/span, doneSlot(j.ID)
-	for _, g := range []int64{generation + 1, generation, generation - 1, generation - 2} {
+	generations := []int64{generation + 1, generation, generation - 1, generation - 2}
+	found := false
+	if !k.pipelined {
+		for _, g := range generations {
+			reply, err := redis.Int(k.do("HEXISTS", j.queue.keys.done(span, g, slot), j.ID))
+			if err != nil {
+				return false, err
+			}
+			found = found || reply == 1
+		}
+		return found, nil
+	}
+	for _, g := range generations {
 		if err := k.conn.Send("HEXISTS", j.queue.keys.done(span, g, slot), j.ID); err != nil {
 			return false, err
 		}
@@ -116,8 +128,7 @@ func (j *Job) isDone(k *call) (bool, error) {
 	if err := k.conn.Flush(); err != nil {
 		return false, err
 	}
-	found := false
-	for i := 0; i < 4; i++ {
+	for range generations {
 		reply, err := redis.Int(receive(k))
 		if err != nil {
 			return false, err
@@ -210,8 +221,12 @@ func (j *Job) Cancel(ctx context.Context) (bool, error) {
 	}
 	args := []any{j.ID, j.queue.client.cfg.ResultTTL.Milliseconds(), k.key("aborts"), k.settled()}
 	var code int
-	err := j.queue.client.withConn(ctx, func(c *call, _ bool) error {
-		values, err := redis.Values(cancelScript.eval(c, keys, args))
+	err := j.queue.client.withConn(ctx, j.queue.keys.base, func(c *call, _ bool) error {
+		script := cancelScript
+		if !c.pipelined { // a Redis Cluster: its build publishes with SPUBLISH
+			script = cancelShardedScript
+		}
+		values, err := redis.Values(script.eval(c, keys, args))
 		if err == nil {
 			code, err = redis.Int(values[0], nil)
 		}

@@ -57,8 +57,11 @@ func (q *Queue) EnqueueMany(ctx context.Context, calls []Call) ([]*Job, error) {
 		jobs[i] = job
 	}
 	results := make([]*Job, 0, len(jobs))
-	err := q.client.withConn(ctx, func(k *call, retry bool) error {
+	err := q.client.withConn(ctx, q.keys.base, func(k *call, retry bool) error {
 		results = results[:0]
+		if !k.pipelined {
+			return q.enqueueEach(k, jobs, retry, &results)
+		}
 		for start := 0; start < len(jobs); start += maxBatch {
 			if err := k.conn.Send("EVALSHA", q.enqueueArgs(enqueueScript.sha, jobs[start:min(start+maxBatch, len(jobs))], retry)...); err != nil {
 				return err
@@ -98,14 +101,37 @@ func (q *Queue) receiveEnqueued(k *call, jobs []newJob, retry bool, results *[]*
 				return err
 			}
 		}
-		values, err := redis.Values(reply, nil)
-		if err != nil || len(values) != 2*len(chunk) {
-			return fmt.Errorf("enqueue.lua replied %v", reply)
+		if err := q.collect(reply, chunk, results); err != nil {
+			return err
 		}
-		for i, job := range chunk {
-			created, _ := redis.Int(values[2*i], nil)
-			*results = append(*results, &Job{queue: q, ID: job.id, Created: created == 1})
+	}
+	return nil
+}
+
+// enqueueEach: one script call after another (on a Cluster, each follows redirections).
+func (q *Queue) enqueueEach(k *call, jobs []newJob, retry bool, results *[]*Job) error {
+	for start := 0; start < len(jobs); start += maxBatch {
+		chunk := jobs[start:min(start+maxBatch, len(jobs))]
+		args := q.enqueueArgs("", chunk, retry)
+		reply, err := enqueueScript.eval(k, nil, args[1:])
+		if err != nil {
+			return err
 		}
+		if err := q.collect(reply, chunk, results); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (q *Queue) collect(reply any, chunk []newJob, results *[]*Job) error {
+	values, err := redis.Values(reply, nil)
+	if err != nil || len(values) != 2*len(chunk) {
+		return fmt.Errorf("enqueue.lua replied %v", reply)
+	}
+	for i, job := range chunk {
+		created, _ := redis.Int(values[2*i], nil)
+		*results = append(*results, &Job{queue: q, ID: job.id, Created: created == 1})
 	}
 	return nil
 }

@@ -37,8 +37,11 @@ var (
 // NOSCRIPT reply means it did not run, so running it again is safe.
 func (s script) eval(c *call, keys []any, args []any) (any, error) {
 	argv := make([]any, 0, 2+len(keys)+len(args))
-	argv = append(argv, s.sha, len(keys))
-	argv = append(argv, keys...)
+	argv = append(argv, s.sha)
+	if keys != nil { // (else args begin with the key count)
+		argv = append(argv, len(keys))
+		argv = append(argv, keys...)
+	}
 	argv = append(argv, args...)
 	reply, err := c.do("EVALSHA", argv...)
 	if err != nil && isNoScript(err) {

@@ -98,7 +98,7 @@ func (l *listener) run() {
 }
 
 func (l *listener) listen() error {
-	conn, err := l.client.dial(context.Background())
+	conn, err := l.client.backend.subscriber(l.channel)
 	if err != nil {
 		return err
 	}
@@ -110,37 +110,63 @@ func (l *listener) listen() error {
 	}
 	l.conn = conn
 	l.mu.Unlock()
-	sub := redis.PubSubConn{Conn: conn}
-	if err := sub.Subscribe(l.channel); err != nil {
+	subscribe := "SUBSCRIBE"
+	if l.client.backend.cluster() { // sharded pub/sub: the scripts' cluster build SPUBLISHes
+		subscribe = "SSUBSCRIBE"
+	}
+	if err := send(conn, subscribe, l.channel); err != nil {
 		return err
 	}
 	quiet := time.Duration(0)
 	for {
-		switch message := sub.ReceiveWithTimeout(pingAfter).(type) {
-		case redis.Message:
-			quiet = 0
-			l.heard(message.Data)
-		case redis.Subscription:
-			quiet = 0
-			if message.Kind == "subscribe" {
-				l.mu.Lock()
-				close(l.confirmed)
-				l.mu.Unlock()
-			}
-		case redis.Pong:
-			quiet = 0
-		case error:
+		reply, err := redis.ReceiveWithTimeout(conn, pingAfter)
+		if err != nil {
 			var netErr net.Error
-			if !errors.As(message, &netErr) || !netErr.Timeout() {
-				return message
-			}
-			if quiet += pingAfter; quiet >= silenceLimit {
-				return message
-			}
-			if err := sub.Ping(""); err != nil {
+			if !errors.As(err, &netErr) || !netErr.Timeout() {
 				return err
 			}
+			if quiet += pingAfter; quiet >= silenceLimit {
+				return err
+			}
+			if err := send(conn, "PING"); err != nil {
+				return err
+			}
+			continue
 		}
+		quiet = 0
+		l.handle(reply)
+	}
+}
+
+func send(conn redis.Conn, command string, args ...any) error {
+	if err := conn.Send(command, args...); err != nil {
+		return err
+	}
+	return conn.Flush()
+}
+
+// handle one pushed reply: [kind, channel, data] ("message", "smessage"), a subscription
+// confirmed ("subscribe", "ssubscribe"), or the answer to a PING.
+func (l *listener) handle(reply any) {
+	parts, err := redis.Values(reply, nil)
+	if err != nil || len(parts) < 2 {
+		return
+	}
+	kind, _ := redis.String(parts[0], nil)
+	switch kind {
+	case "message", "smessage":
+		if len(parts) == 3 {
+			data, _ := redis.Bytes(parts[2], nil)
+			l.heard(data)
+		}
+	case "subscribe", "ssubscribe":
+		l.mu.Lock()
+		select {
+		case <-l.confirmed:
+		default:
+			close(l.confirmed)
+		}
+		l.mu.Unlock()
 	}
 }
 

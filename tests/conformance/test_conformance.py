@@ -16,18 +16,20 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 
 import aioqueue
 from aioqueue.core.ids import GENERATED_ID_ALPHABET
 from aioqueue.core.keys import QueueKeys
 from aioqueue.core.payload import Payload
+from aioqueue.ops.embedded_cluster import EmbeddedCluster
 from tests.conformance import runners
 
 CASES = Path(__file__).parent / "cases"
@@ -39,9 +41,11 @@ def load_cases() -> dict[str, dict[str, Any]]:
     return {path.stem: json.loads(path.read_text("utf-8")) for path in sorted(CASES.glob("*.json"))}
 
 
-def parameters() -> list[Any]:
+def parameters(only: tuple[str, ...] = ()) -> list[Any]:
     out = []
     for name, case in load_cases().items():
+        if only and name not in only:
+            continue
         for client in CLIENTS:
             marks = []
             if reason := case.get("not_for", {}).get(client):
@@ -102,11 +106,11 @@ def worker_app(url: str, prefix: str, seen: Worker) -> aioqueue.App:
     return app
 
 
-@pytest.fixture
-async def served(redis_url: str, prefix: str) -> AsyncIterator[Worker]:
-    """A Python worker with one slot on the case's queue, for the length of the test."""
+@asynccontextmanager
+async def serving(url: str, prefix: str) -> AsyncIterator[Worker]:
+    """A Python worker with one slot on the case's queue."""
     seen = Worker()
-    app = worker_app(redis_url, prefix, seen)
+    app = worker_app(url, prefix, seen)
     try:
         async with app.worker(queues=[QUEUE], concurrency=1, grace=0.1):
             yield seen
@@ -116,13 +120,47 @@ async def served(redis_url: str, prefix: str) -> AsyncIterator[Worker]:
 
 @pytest.mark.parametrize(("runner", "name"), parameters(), indirect=["runner"])
 async def test_case(
-    runner: runners.Runner, name: str, redis_url: str, prefix: str, redis: Redis, served: Worker
+    runner: runners.Runner, name: str, redis_url: str, prefix: str, redis: Redis
 ) -> None:
-    case = load_cases()[name]
+    async with serving(redis_url, prefix) as seen:
+        await run_case(runner, load_cases()[name], redis_url, prefix, redis, seen)
+
+
+CLUSTER_CASES = ("args_unicode", "args_none", "duplicate_id", "delay", "failure", "cancel_running")
+"""The cases run again on a Redis Cluster: a queue's calls go to its slot's node, results
+are heard by sharded pub/sub, cancel publishes with its sharded build."""
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[EmbeddedCluster]:
+    with EmbeddedCluster(masters=3) as started:
+        yield started
+
+
+@pytest.mark.parametrize(("runner", "name"), parameters(CLUSTER_CASES), indirect=["runner"])
+async def test_case_on_a_cluster(
+    runner: runners.Runner, name: str, cluster: EmbeddedCluster, prefix: str
+) -> None:
+    client = RedisCluster.from_url(cluster.url.replace("redis+cluster", "redis").split(",")[0])
+    try:
+        async with serving(cluster.url, prefix) as seen:
+            await run_case(runner, load_cases()[name], cluster.url, prefix, client, seen)
+    finally:
+        await client.aclose()
+
+
+async def run_case(
+    runner: runners.Runner,
+    case: dict[str, Any],
+    url: str,
+    prefix: str,
+    redis: Redis | RedisCluster,
+    served: Worker,
+) -> None:
     queue = IDLE_QUEUE if case.get("idle") else QUEUE
     steps = [{k: v for k, v in step.items() if k != "expect"} for step in case["steps"]]
     config = case.get("config", {})
-    spec = {"url": redis_url, "prefix": prefix, "queue": queue, "config": config, "steps": steps}
+    spec = {"url": url, "prefix": prefix, "queue": queue, "config": config, "steps": steps}
     outcomes = await runner(spec)
     assert len(outcomes) == len(case["steps"]), outcomes
     for index, (step, outcome) in enumerate(zip(case["steps"], outcomes, strict=True)):
@@ -188,7 +226,9 @@ def check_worker(case: dict[str, Any], ids: Ids, seen: Worker) -> None:
         assert started >= due, f"a delayed job started {due - started:.0f} ms early"
 
 
-async def check_redis(case: dict[str, Any], ids: Ids, keys: QueueKeys, redis: Redis) -> None:
+async def check_redis(
+    case: dict[str, Any], ids: Ids, keys: QueueKeys, redis: Redis | RedisCluster
+) -> None:
     if case.get("nothing_written"):
         found = [key async for key in redis.scan_iter(match=f"{keys.base}:*")]
         assert found == [], f"refused input wrote {found}"
@@ -209,7 +249,11 @@ async def check_redis(case: dict[str, Any], ids: Ids, keys: QueueKeys, redis: Re
 
 
 async def check_placement(
-    expected: dict[str, Any], job_id: str, keys: QueueKeys, redis: Redis, fields: dict[str, str]
+    expected: dict[str, Any],
+    job_id: str,
+    keys: QueueKeys,
+    redis: Redis | RedisCluster,
+    fields: dict[str, str],
 ) -> None:
     if "ready" in expected:
         assert job_id.encode() in await redis.lrange(keys.ready(expected["ready"]), 0, -1)

@@ -1,13 +1,13 @@
 // Client and Queue: enqueue jobs for aioqueue's Python workers over ioredis, through the
 // same Lua scripts the Python producer calls (docs/protocol.md). A producer never writes
 // a record itself.
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import { ConfigError, EnqueueUnconfirmed } from './errors.js';
 import { doneSlot } from './ids.js';
 import { Job } from './job.js';
 import { QueueKeys, PRIORITY_LEVELS } from './keys.js';
 import { prepare } from './options.js';
-import { CANCEL, ENQUEUE, isNoScript } from './scripts.js';
+import { CANCEL, CANCEL_SHARDED, ENQUEUE, isNoScript } from './scripts.js';
 import { SettledListener } from './settled.js';
 
 const MAX_BATCH = 1000; // jobs per enqueue script call, as in Python
@@ -34,11 +34,35 @@ const DAY = 24 * 3600 * 1000;
  * @property {import('./options.js').JobOptions} [options]
  */
 
+const CLUSTER = /^rediss?\+cluster:\/\//;
+
+/** The nodes of a redis+cluster://[user:password@]host:port[,host:port...] URL. @param {string} url */
+function clusterNodes(url) {
+  const hosts = url.replace(CLUSTER, '').replace(/^[^@/]*@/, '').split(/[/?]/)[0];
+  return hosts.split(',').map((node) => {
+    const colon = node.lastIndexOf(':');
+    const port = Number(node.slice(colon + 1));
+    if (colon < 1 || !Number.isInteger(port)) throw new ConfigError(`cluster URL: node ${JSON.stringify(node)} is not host:port`);
+    return { host: node.slice(0, colon).replace(/^\[|\]$/g, ''), port };
+  });
+}
+
+/** The user, password and TLS of a cluster URL. @param {string} url */
+function clusterAuth(url) {
+  const userinfo = /^rediss?\+cluster:\/\/([^@/]*)@/.exec(url)?.[1];
+  const [username, password] = userinfo === undefined ? [] : userinfo.split(':').map(decodeURIComponent);
+  return {
+    ...(password === undefined ? (username ? { password: username } : {}) : { username, password }),
+    ...(url.startsWith('rediss') ? { tls: {} } : {}),
+  };
+}
+
 const KNOWN = new Set(['prefix', 'maxPayloadBytes', 'resultTtl', 'idempotencyTtl', 'pollInterval', 'commandTimeout']);
 
 export class Client {
   /**
-   * @param {string} url redis:// or rediss://, with user, password and database
+   * @param {string} url redis:// or rediss:// (with user, password and database) for one
+   *   server; redis+cluster://host:port[,host:port...] (or rediss+cluster://) for a Cluster
    * @param {ClientOptions} [options]
    */
   constructor(url, options = {}) {
@@ -54,14 +78,24 @@ export class Client {
       throw new ConfigError('maxPayloadBytes must be positive and TTLs not negative');
     }
     new QueueKeys(this.prefix, 'q'); // (checks the prefix)
-    this.redis = new Redis(url, {
-      lazyConnect: true,
+    const redisOptions = {
       // A command sent but unanswered when the connection drops is not sent again by
       // ioredis: an enqueue may have run, so it is resent marked as such (resend=1).
       autoResendUnfulfilledCommands: false,
       maxRetriesPerRequest: 2,
       commandTimeout: options.commandTimeout ?? 5000,
-    });
+    };
+    this.cluster = CLUSTER.test(url);
+    /** @type {Redis | Cluster} */
+    this.redis = this.cluster
+      ? new Cluster(clusterNodes(url), {
+        lazyConnect: true,
+        // every call of a queue is in its slot; a sharded subscriber per slot's node
+        shardedSubscribers: true,
+        retryDelayOnTryAgain: 50,
+        redisOptions: { ...clusterAuth(url), ...redisOptions },
+      })
+      : new Redis(url, { lazyConnect: true, ...redisOptions });
     this.redis.on('error', () => {}); // each call reports its own failure
     /** @type {SettledListener | undefined} */
     this.settled = undefined;
@@ -75,9 +109,9 @@ export class Client {
   /** The settled listener, made on first use. */
   listener() {
     if (!this.settled) {
-      const subscriber = this.redis.duplicate({ commandTimeout: undefined });
+      const subscriber = this.redis instanceof Cluster ? this.redis.duplicate() : this.redis.duplicate({ commandTimeout: undefined });
       subscriber.on('error', () => {});
-      this.settled = new SettledListener(subscriber);
+      this.settled = new SettledListener(subscriber, this.cluster);
     }
     return this.settled;
   }
@@ -229,12 +263,13 @@ export class Queue {
       ...k.links(), ...Array.from({ length: PRIORITY_LEVELS }, (_, p) => k.ready(p))];
     const args = [id, this.client.resultTtl, k.key('aborts'), k.settled];
     const redis = this.client.redis;
+    const script = this.client.cluster ? CANCEL_SHARDED : CANCEL; // (SPUBLISH on a Cluster)
     let reply;
     try {
-      reply = await redis.evalsha(CANCEL.sha, keys.length, ...keys, ...args);
+      reply = await redis.evalsha(script.sha, keys.length, ...keys, ...args);
     } catch (error) {
       if (!isNoScript(error)) throw error;
-      reply = await redis.eval(CANCEL.source, keys.length, ...keys, ...args);
+      reply = await redis.eval(script.source, keys.length, ...keys, ...args);
     }
     const [code] = /** @type {[number, string]} */ (reply);
     return code === 1 || code === 2;

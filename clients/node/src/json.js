@@ -10,6 +10,7 @@
 const MIN_INT = -(2n ** 63n);
 const MAX_INT = 2n ** 64n - 1n;
 const UNSAFE = 2 ** 53;
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 
 export class JSONValueError extends TypeError {}
 
@@ -30,7 +31,7 @@ export function encode(value) {
 function write(value, path, parents) {
   switch (typeof value) {
     case 'string':
-      if (!value.isWellFormed()) throw new JSONValueError(`${path} is not Unicode text (a lone surrogate)`);
+      if (LONE_SURROGATE.test(value)) throw new JSONValueError(`${path} is not Unicode text (a lone surrogate)`);
       return JSON.stringify(value);
     case 'number':
       if (!Number.isFinite(value)) throw new JSONValueError(`${path} is ${value}, which JSON cannot hold`);
@@ -71,7 +72,7 @@ function writeObject(value, path, parents) {
     }
     const fields = [];
     for (const [key, item] of Object.entries(value)) {
-      if (!key.isWellFormed()) throw new JSONValueError(`${path} has a key that is not Unicode text`);
+      if (LONE_SURROGATE.test(key)) throw new JSONValueError(`${path} has a key that is not Unicode text`);
       fields.push(`${JSON.stringify(key)}:${write(item, `${path}.${key}`, parents)}`);
     }
     return `{${fields.join(',')}}`;

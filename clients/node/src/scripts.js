@@ -14,6 +14,7 @@ function load(name) {
 
 export const ENQUEUE = load('enqueue');
 export const CANCEL = load('cancel');
+export const CANCEL_SHARDED = load('cancel.sharded');
 
 /** @param {unknown} error */
 export function isNoScript(error) {

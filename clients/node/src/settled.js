@@ -25,19 +25,24 @@ export function parseIds(message) {
 }
 
 export class SettledListener {
-  /** @param {import('ioredis').Redis} subscriber a connection of its own (subscribed mode) */
-  constructor(subscriber) {
+  /**
+   * @param {import('ioredis').Redis | import('ioredis').Cluster} subscriber a connection of
+   *   its own (subscribed mode); on a Cluster, sharded subscribers (SSUBSCRIBE)
+   * @param {boolean} sharded
+   */
+  constructor(subscriber, sharded) {
     this.subscriber = subscriber;
+    this.sharded = sharded;
     /** @type {Map<string, Set<() => void>>} "<channel> <id>" -> wake-ups */
     this.waiters = new Map();
     /** @type {Map<string, Promise<unknown>>} channel -> its SUBSCRIBE */
     this.channels = new Map();
     this.readyOnce = false;
-    subscriber.on('messageBuffer', (/** @type {Buffer} */ channel, /** @type {Buffer} */ message) => {
+    subscriber.on(sharded ? 'smessageBuffer' : 'messageBuffer', (/** @type {Buffer} */ channel, /** @type {Buffer} */ message) => {
       const ids = parseIds(message);
       for (const id of ids ?? []) this.wake(`${channel.toString('utf8')} ${id}`);
     });
-    subscriber.on('ready', () => {
+    subscriber.on(sharded ? 'subscribersReady' : 'ready', () => {
       if (this.readyOnce) this.wakeAll(); // back after a drop: announcements may be lost
       this.readyOnce = true;
     });
@@ -62,7 +67,8 @@ export class SettledListener {
     this.startPinging();
     let subscribed = this.channels.get(channel);
     if (!subscribed) {
-      subscribed = this.subscriber.subscribe(channel).catch((/** @type {unknown} */ error) => {
+      const subscribing = this.sharded ? this.subscriber.ssubscribe(channel) : this.subscriber.subscribe(channel);
+      subscribed = subscribing.catch((/** @type {unknown} */ error) => {
         this.channels.delete(channel);
         return error;
       });
@@ -80,11 +86,12 @@ export class SettledListener {
   }
 
   startPinging() {
-    if (this.pinger) return;
+    if (this.pinger || this.sharded) return; // (a Cluster's sharded subscribers: by its own checks)
+    const subscriber = /** @type {import('ioredis').Redis} */ (this.subscriber);
     this.pinger = setInterval(() => {
-      if (this.subscriber.status !== 'ready') return;
-      const silent = setTimeout(() => this.subscriber.disconnect(true), SILENCE_LIMIT);
-      this.subscriber.ping().then(() => clearTimeout(silent), () => {});
+      if (subscriber.status !== 'ready') return;
+      const silent = setTimeout(() => subscriber.disconnect(true), SILENCE_LIMIT);
+      subscriber.ping().then(() => clearTimeout(silent), () => {});
     }, PING_EVERY);
     this.pinger.unref();
   }

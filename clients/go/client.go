@@ -166,26 +166,52 @@ func (k *call) close() { k.conn.Close() }
 
 // withConn runs fn on a borrowed connection; a connection failure (not a Redis error
 // reply, not the context) is tried once more on a fresh connection, told it is a retry.
+// A failure to connect at all is ErrServerUnavailable (nothing was sent); any other
+// connection failure is returned as it is, for the caller to say what may have happened.
 func (c *Client) withConn(ctx context.Context, slotKey string, fn func(k *call, retry bool) error) error {
 	var err error
+	sent := false
 	for attempt := 0; attempt < 2; attempt++ {
 		var k *call
-		k, err = c.borrow(ctx, slotKey)
-		if err == nil {
-			err = fn(k, attempt > 0)
+		if k, err = c.borrow(ctx, slotKey); err == nil {
+			err = fn(k, sent)
+			sent = sent || err != nil
 			k.close()
 		}
 		if err == nil || !isConnectionError(err) || ctx.Err() != nil {
 			break
 		}
 	}
-	if err != nil && isConnectionError(err) && ctx.Err() == nil {
-		return fmt.Errorf("aioqueue: %s unreachable: %w", maskURL(c.url), err)
+	switch {
+	case err == nil || !(isConnectionError(err) || ctx.Err() != nil):
+		return err
+	case sent: // (a context that ended while a reply was awaited counts: it may have run)
+		return &connectionLost{url: maskURL(c.url), err: err}
+	case ctx.Err() != nil:
+		return err
 	}
-	return err
+	return fmt.Errorf("aioqueue: %w: %s: %v", ErrServerUnavailable, maskURL(c.url), err)
 }
 
+// connectionLost: the connection failed after a call was sent (it may have run).
+type connectionLost struct {
+	url string
+	err error
+}
+
+func (e *connectionLost) Error() string {
+	return fmt.Sprintf("aioqueue: connection to %s lost: %v", e.url, e.err)
+}
+func (e *connectionLost) Unwrap() error { return e.err }
+
+// Is makes errors.Is(err, ErrServerUnavailable) true.
+func (e *connectionLost) Is(target error) bool { return target == ErrServerUnavailable }
+
 func isConnectionError(err error) bool {
+	var lost *connectionLost
+	if errors.As(err, &lost) {
+		return true
+	}
 	var reply redis.Error
 	if errors.As(err, &reply) || errors.Is(err, ErrInvalidOption) {
 		return false

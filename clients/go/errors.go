@@ -15,6 +15,8 @@ var (
 	ErrSerialization = errors.New("arguments are not JSON-serializable")
 	// ErrPayloadTooLarge: the encoded job is over the client's MaxPayloadBytes.
 	ErrPayloadTooLarge = errors.New("payload too large")
+	// ErrServerUnavailable: Redis could not be reached; nothing was sent.
+	ErrServerUnavailable = errors.New("redis unavailable")
 	// ErrUnconfirmed: Redis failed during an enqueue; the jobs may have landed. Enqueue
 	// again with the same ids (an id is an idempotency key): nothing runs twice.
 	ErrUnconfirmed = errors.New("enqueue unconfirmed")

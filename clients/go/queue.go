@@ -2,6 +2,7 @@ package aioqueue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -69,11 +70,14 @@ func (q *Queue) EnqueueMany(ctx context.Context, calls []Call) ([]*Job, error) {
 		}
 		return q.receiveEnqueued(k, jobs, retry, &results)
 	})
-	if err != nil {
-		if isConnectionError(err) {
-			return nil, fmt.Errorf("aioqueue: %w: %d job(s) (first id %s) may have landed: enqueue them again with their ids: %v",
-				ErrUnconfirmed, len(jobs), jobs[0].id, err)
-		}
+	var lost *connectionLost
+	switch {
+	case errors.As(err, &lost):
+		return nil, fmt.Errorf("aioqueue: %w: %d job(s) (first id %s) may have landed, enqueue them again with their ids: %s: %v",
+			ErrUnconfirmed, len(jobs), jobs[0].id, lost.url, lost.err)
+	case errors.Is(err, ErrServerUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return nil, err // nothing was sent
+	case err != nil:
 		return nil, fmt.Errorf("aioqueue: enqueue on %s: %w", q.keys.name, err)
 	}
 	return results, nil

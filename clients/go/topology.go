@@ -2,7 +2,6 @@ package aioqueue
 
 import (
 	"context"
-	"fmt"
 	"net/url"
 	"strings"
 	"time"
@@ -53,11 +52,7 @@ type server struct {
 }
 
 func (s *server) dial() (redis.Conn, error) {
-	conn, err := redis.DialURL(s.url, s.options...)
-	if err != nil {
-		return nil, fmt.Errorf("aioqueue: cannot connect to %s: %w", maskURL(s.url), err)
-	}
-	return conn, nil
+	return redis.DialURL(s.url, s.options...)
 }
 
 func (s *server) get(ctx context.Context, _ string) (redis.Conn, error) {

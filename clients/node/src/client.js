@@ -2,7 +2,7 @@
 // same Lua scripts the Python producer calls (docs/protocol.md). A producer never writes
 // a record itself.
 import { Cluster, Redis } from 'ioredis';
-import { ConfigError, EnqueueUnconfirmed } from './errors.js';
+import { ConfigError, EnqueueUnconfirmed, ServerUnavailable } from './errors.js';
 import { doneSlot } from './ids.js';
 import { Job } from './job.js';
 import { QueueKeys, PRIORITY_LEVELS } from './keys.js';
@@ -96,9 +96,58 @@ export class Client {
         redisOptions: { ...clusterAuth(url), ...redisOptions },
       })
       : new Redis(url, { lazyConnect: true, ...redisOptions });
-    this.redis.on('error', () => {}); // each call reports its own failure
+    /** @type {Error | undefined} */
+    this.lastError = undefined;
+    this.redis.on('error', (/** @type {Error} */ error) => (this.lastError = error)); // calls report it
+    this.url = maskUrl(url);
+    this.connectTimeout = options.commandTimeout ?? 5000;
     /** @type {SettledListener | undefined} */
     this.settled = undefined;
+  }
+
+  /**
+   * Resolves once connected; throws ServerUnavailable (nothing was sent) when Redis
+   * cannot be reached within the command timeout.
+   */
+  async connected() {
+    const redis = this.redis;
+    if (redis.status === 'ready') return;
+    if (redis.status === 'end') throw new ServerUnavailable(`${this.url}: the client is closed`);
+    if (redis.status === 'wait') redis.connect().catch(() => {}); // (failures: 'error' events)
+    /** @type {(() => void) | undefined} */
+    let cleanup;
+    const ready = new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        const cause = this.lastError ? `: ${this.lastError.message}` : ` (no answer within ${this.connectTimeout} ms)`;
+        reject(new ServerUnavailable(`${this.url} unreachable${cause}`, { cause: this.lastError }));
+      }, this.connectTimeout);
+      redis.once('ready', resolve);
+      cleanup = () => {
+        clearTimeout(timer);
+        redis.off('ready', resolve);
+      };
+    });
+    try {
+      await ready;
+    } finally {
+      cleanup?.();
+    }
+  }
+
+  /**
+   * Run a call once connected; a connection that fails during it is ServerUnavailable.
+   * @template T
+   * @param {(redis: Redis | Cluster) => Promise<T>} fn
+   * @returns {Promise<T>}
+   */
+  async call(fn) {
+    await this.connected();
+    try {
+      return await fn(this.redis);
+    } catch (error) {
+      if (!isConnectionError(error)) throw error;
+      throw new ServerUnavailable(`${this.url}: ${/** @type {Error} */ (error).message}`, { cause: error });
+    }
   }
 
   /** A handle on one named queue. @param {string} name */
@@ -119,7 +168,8 @@ export class Client {
   /** Close the connections (and end every wait on a result). */
   async close() {
     this.settled?.close();
-    if (this.redis.status !== 'end') await this.redis.quit().catch(() => this.redis.disconnect());
+    if (this.redis.status === 'ready') await this.redis.quit().catch(() => this.redis.disconnect());
+    else this.redis.disconnect();
   }
 }
 
@@ -173,15 +223,19 @@ export class Queue {
   async write(jobs) {
     const chunks = [];
     for (let start = 0; start < jobs.length; start += MAX_BATCH) chunks.push(jobs.slice(start, start + MAX_BATCH));
+    await this.client.connected(); // (else nothing is sent: ServerUnavailable)
     let replies;
     try {
       replies = await this.send(chunks, false);
     } catch (error) {
       if (!isConnectionError(error)) throw error;
       try { // it may have run: again, marked as a resend (no id taken for fresh)
+        await this.client.connected();
         replies = await this.send(chunks, true);
       } catch (again) {
-        if (isConnectionError(again)) throw new EnqueueUnconfirmed(jobs.map((job) => job.id), again);
+        if (isConnectionError(again) || again instanceof ServerUnavailable) {
+          throw new EnqueueUnconfirmed(jobs.map((job) => job.id), this.client.url, again);
+        }
         throw again;
       }
     }
@@ -243,11 +297,13 @@ export class Queue {
     if (span <= 0) return false;
     const generation = Math.floor(Date.now() / span);
     const slot = doneSlot(id);
-    const pipeline = this.client.redis.pipeline();
-    for (const g of [generation + 1, generation, generation - 1, generation - 2]) {
-      pipeline.hexists(this.keys.done(span, g, slot), id);
-    }
-    const results = (await pipeline.exec()) ?? [];
+    const results = await this.client.call(async (redis) => {
+      const pipeline = redis.pipeline();
+      for (const g of [generation + 1, generation, generation - 1, generation - 2]) {
+        pipeline.hexists(this.keys.done(span, g, slot), id);
+      }
+      return (await pipeline.exec()) ?? [];
+    });
     return results.some(([error, found]) => {
       if (error) throw error;
       return found === 1;
@@ -262,18 +318,23 @@ export class Queue {
     const keys = [k.key('job:'), k.key('schedule'), k.key('skips'), k.key('notify'), k.key('schedule:wake'),
       ...k.links(), ...Array.from({ length: PRIORITY_LEVELS }, (_, p) => k.ready(p))];
     const args = [id, this.client.resultTtl, k.key('aborts'), k.settled];
-    const redis = this.client.redis;
     const script = this.client.cluster ? CANCEL_SHARDED : CANCEL; // (SPUBLISH on a Cluster)
-    let reply;
-    try {
-      reply = await redis.evalsha(script.sha, keys.length, ...keys, ...args);
-    } catch (error) {
-      if (!isNoScript(error)) throw error;
-      reply = await redis.eval(script.source, keys.length, ...keys, ...args);
-    }
+    const reply = await this.client.call(async (redis) => {
+      try {
+        return await redis.evalsha(script.sha, keys.length, ...keys, ...args);
+      } catch (error) {
+        if (!isNoScript(error)) throw error;
+        return redis.eval(script.source, keys.length, ...keys, ...args);
+      }
+    });
     const [code] = /** @type {[number, string]} */ (reply);
     return code === 1 || code === 2;
   }
+}
+
+/** A URL with its password hidden. @param {string} url */
+function maskUrl(url) {
+  return url.replace(/^([a-z+]+:\/\/[^:@/]*:)[^@/]*@/, '$1***@');
 }
 
 /** A failure of the connection, not an answer from Redis. @param {unknown} error */

@@ -5,8 +5,10 @@
 // ├── EnqueueError          nothing was written to Redis
 // │   ├── SerializationError  the arguments cannot travel as JSON exactly as given
 // │   └── PayloadTooLarge     the encoded job is over maxPayloadBytes
-// ├── EnqueueUnconfirmed    Redis failed during an enqueue: the jobs may have landed;
-// │                         enqueue them again with their ids (.jobIds)
+// ├── ServerUnavailable     Redis cannot be reached (nothing was sent), or a connection
+// │   │                     failed during a call
+// │   └── EnqueueUnconfirmed  Redis failed during an enqueue: the jobs may have landed;
+// │                           enqueue them again with their ids (.jobIds)
 // └── JobError              about one job (.jobId)
 //     ├── JobNotFound
 //     ├── JobFailed         failed or dead (.errorType, .errorMessage, .traceback)
@@ -37,12 +39,14 @@ export class PayloadTooLarge extends EnqueueError {
   }
 }
 
-export class EnqueueUnconfirmed extends AioqueueError {
-  /** @param {string[]} jobIds @param {unknown} cause */
-  constructor(jobIds, cause) {
+export class ServerUnavailable extends AioqueueError {}
+
+export class EnqueueUnconfirmed extends ServerUnavailable {
+  /** @param {string[]} jobIds @param {string} url @param {unknown} cause */
+  constructor(jobIds, url, cause) {
     super(
       `Redis failed during the enqueue of ${jobIds.length} job(s) (first id ${jobIds[0]}): ` +
-        `they may have landed; enqueue them again with their ids: ${String(cause)}`,
+        `they may have landed, enqueue them again with their ids: ${url}: ${cause instanceof Error ? cause.message : String(cause)}`,
       { cause },
     );
     this.jobIds = jobIds;

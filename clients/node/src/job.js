@@ -28,7 +28,7 @@ export class Job {
 
   /** Where the job is; throws JobNotFound if it has no record. @returns {Promise<Status>} */
   async status() {
-    const status = await this.queue.client.redis.hget(this.queue.keys.job(this.id), 's');
+    const status = await this.queue.client.call((redis) => redis.hget(this.queue.keys.job(this.id), 's'));
     if (status) return /** @type {Status} */ (status);
     if (await this.queue.isDone(this.id)) return 'complete';
     throw new JobNotFound(this.id);
@@ -73,7 +73,7 @@ export class Job {
 
   /** @returns {Promise<{status: string, result?: string, error?: string}>} */
   async read() {
-    const fields = await this.queue.client.redis.hgetall(this.queue.keys.job(this.id));
+    const fields = await this.queue.client.call((redis) => redis.hgetall(this.queue.keys.job(this.id)));
     if (fields.s) return { status: fields.s, result: fields.r, error: fields.e };
     if (await this.queue.isDone(this.id)) return { status: 'complete' };
     throw new JobNotFound(this.id);

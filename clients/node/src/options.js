@@ -58,7 +58,8 @@ export function prepare(task, args, options = {}, maxPayloadBytes) {
     payload = encode(body);
   } catch (error) {
     if (!(error instanceof JSONValueError)) throw error;
-    throw new SerializationError(`arguments of task ${JSON.stringify(task)} cannot travel as JSON: ${error.message}`);
+    const where = error.message.replace(/^\$\.a/, 'args').replace(/^\$\.k\./, 'kwargs.');
+    throw new SerializationError(`arguments of task ${JSON.stringify(task)} cannot travel as JSON: ${where}`);
   }
   const size = Buffer.byteLength(payload, 'utf8');
   if (size > maxPayloadBytes) throw new PayloadTooLarge(size, maxPayloadBytes);

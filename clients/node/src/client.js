@@ -150,6 +150,31 @@ export class Client {
     }
   }
 
+  /**
+   * `reply`, or a connection error as soon as the connection closes: ioredis does not send
+   * an unanswered command again (autoResendUnfulfilledCommands), nor fails it before its
+   * timeout; an enqueue is resent at once instead.
+   * @template T
+   * @param {Promise<T>} reply
+   * @returns {Promise<T>}
+   */
+  async unlessClosed(reply) {
+    const redis = this.redis;
+    if (redis instanceof Cluster) return reply;
+    reply.catch(() => {}); // (if the close comes first, its rejection is not awaited)
+    /** @type {() => void} */
+    let onClose = () => {};
+    const closed = new Promise((_, reject) => {
+      onClose = () => reject(new Error('Connection is closed.'));
+      redis.once('close', onClose);
+    });
+    try {
+      return await Promise.race([reply, /** @type {Promise<never>} */ (closed)]);
+    } finally {
+      redis.off('close', onClose);
+    }
+  }
+
   /** A handle on one named queue. @param {string} name */
   queue(name) {
     return new Queue(this, name);
@@ -250,7 +275,7 @@ export class Queue {
   async send(chunks, resend) {
     const pipeline = this.client.redis.pipeline();
     for (const chunk of chunks) pipeline.evalsha(ENQUEUE.sha, ...this.enqueueArgs(chunk, resend));
-    const results = (await pipeline.exec()) ?? [];
+    const results = (await this.client.unlessClosed(pipeline.exec())) ?? [];
     const created = [];
     for (const [index, [error, reply]] of results.entries()) {
       let answer = reply;

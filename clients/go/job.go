@@ -221,16 +221,23 @@ func (j *Job) Cancel(ctx context.Context) (bool, error) {
 	}
 	args := []any{j.ID, j.queue.client.cfg.ResultTTL.Milliseconds(), k.key("aborts"), k.settled()}
 	var code int
-	err := j.queue.client.withConn(ctx, j.queue.keys.base, func(c *call, _ bool) error {
+	err := j.queue.client.withConn(ctx, j.queue.keys.base, func(c *call, retry bool) error {
 		script := cancelScript
 		if !c.pipelined { // a Redis Cluster: its build publishes with SPUBLISH
 			script = cancelShardedScript
 		}
 		values, err := redis.Values(script.eval(c, keys, args))
-		if err == nil {
-			code, err = redis.Int(values[0], nil)
+		if err != nil {
+			return err
 		}
-		return err
+		if len(values) != 2 {
+			return fmt.Errorf("cancel.lua replied %v", values)
+		}
+		code, _ = redis.Int(values[0], nil)
+		if state, _ := redis.String(values[1], nil); retry && code == 0 && state == "cancelled" {
+			code = 1 // the first call, whose reply was lost, cancelled it
+		}
+		return nil
 	})
 	if err != nil {
 		return false, fmt.Errorf("aioqueue: cancel %s: %w", j.ID, err)

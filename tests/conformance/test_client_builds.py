@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -38,7 +39,10 @@ def test_go_client_is_formatted_vetted_and_tested() -> None:
 
 
 @pytest.mark.timeout(300)
-def test_node_client_is_typed_and_tested() -> None:
+def test_node_client_is_typed_and_tested(tmp_path: Path) -> None:
     _require(runners.node_missing())
     _run(["node", "--test", "test/"], runners.NODE_PACKAGE)
-    _run(["node", "node_modules/typescript/bin/tsc", "-p", "."], runners.NODE_PACKAGE)
+    tsc = ["node", "node_modules/typescript/bin/tsc"]
+    _run([*tsc, "-p", "."], runners.NODE_PACKAGE)
+    _run([*tsc, "-p", "tsconfig.types.json", "--outDir", str(tmp_path)], runners.NODE_PACKAGE)
+    assert "enqueueMany(calls: Call[]): Promise<Job[]>" in (tmp_path / "client.d.ts").read_text()

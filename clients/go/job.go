@@ -214,11 +214,7 @@ func (j *Job) outcome(r record, v any) error {
 // for its abort if it is running. False if it had finished already or does not exist.
 func (j *Job) Cancel(ctx context.Context) (bool, error) {
 	k := j.queue.keys
-	keys := []any{k.key("job:"), k.key("schedule"), k.key("skips"), k.key("notify"), k.key("schedule:wake")}
-	keys = append(keys, k.links()...)
-	for p := 0; p < priorityLevels; p++ {
-		keys = append(keys, k.ready(p))
-	}
+	keys := cancelScript.layout.keysFor(k, nil)
 	args := []any{j.ID, j.queue.client.cfg.ResultTTL.Milliseconds(), k.key("aborts"), k.settled()}
 	var code int
 	err := j.queue.client.withConn(ctx, j.queue.keys.base, func(c *call, retry bool) error {

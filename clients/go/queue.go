@@ -199,13 +199,9 @@ func (q *Queue) enqueueArgs(script string, jobs []newJob, resend bool) []any {
 		}
 	}
 	sort.Ints(priorities)
-	k := q.keys
-	keys := []any{k.key("notify"), k.key("schedule"), k.key("schedule:wake"), k.key("periodic:ticks"),
-		k.key("job:"), k.key("done:"), k.key("idle"), k.key("active"), k.key("paused"), k.key("limits"),
-		k.key("ready:"), k.key("direct:"), k.key("take:")}
+	keys := enqueueScript.layout.keysFor(q.keys, priorities)
 	names := make([]string, len(priorities))
 	for i, p := range priorities {
-		keys = append(keys, k.ready(p))
 		names[i] = strconv.Itoa(p)
 	}
 	args := make([]any, 0, 2+len(keys)+4+7*len(jobs))

@@ -16,6 +16,7 @@ var lua embed.FS
 type script struct {
 	source string
 	sha    string
+	layout layout
 }
 
 func loadScript(name string) script {
@@ -24,13 +25,16 @@ func loadScript(name string) script {
 		panic("aioqueue: missing embedded script " + name)
 	}
 	sum := sha1.Sum(raw)
-	return script{string(raw), hex.EncodeToString(sum[:])}
+	return script{string(raw), hex.EncodeToString(sum[:]), parseLayout(string(raw))}
 }
 
 var (
 	enqueueScript       = loadScript("enqueue")
 	cancelScript        = loadScript("cancel")
 	cancelShardedScript = loadScript("cancel.sharded")
+
+	_ = enqueueScript.layout.expectArgs("enqueue", "count", "priorities", "span_ms", "resend", "jobs")
+	_ = cancelScript.layout.expectArgs("cancel", "id", "result_ttl_ms", "abort_channel", "settled_channel")
 )
 
 // eval runs a script by its SHA1, loading it (EVAL) when Redis does not have it: a

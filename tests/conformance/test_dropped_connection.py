@@ -2,14 +2,11 @@
 every client sends the call again marked as a resend (enqueue.lua's ``resend``), so each
 job is written once (one record, one ready entry, one wake-up token), never twice.
 
-A proxy between client and Redis forwards everything, but once armed it swallows the
-reply to the next script call and closes the client's connection: the call ran, the
-client cannot know it."""
+The proxy (``proxy.py``), once armed, swallows the reply to the next script call and
+closes the client's connection: the call ran, the client cannot know it."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,66 +16,24 @@ from redis.asyncio import Redis
 from aioqueue.core.keys import QueueKeys
 from aioqueue.ops.embedded import EmbeddedServer
 from tests.conformance import runners
+from tests.conformance.proxy import RedisProxy
 
 QUEUE = "dropped"
 
 
-class DroppingProxy:
-    def __init__(self, upstream_port: int) -> None:
-        self.upstream_port = upstream_port
-        self.armed = False
-        self.dropped = 0
-        self.server: asyncio.Server | None = None
-
-    @property
-    def url(self) -> str:
-        assert self.server is not None
-        return f"redis://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/0"
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
-        swallow = asyncio.Event()
-
-        async def upstream() -> None:
-            while data := await reader.read(65536):
-                if self.armed and b"EVAL" in data.upper():
-                    self.armed = False
-                    swallow.set()
-                up_writer.write(data)
-                await up_writer.drain()
-
-        async def downstream() -> None:
-            while data := await up_reader.read(65536):
-                if swallow.is_set():  # the script ran; its reply never arrives
-                    self.dropped += 1
-                    return
-                writer.write(data)
-                await writer.drain()
-
-        tasks = [asyncio.create_task(upstream()), asyncio.create_task(downstream())]
-        with contextlib.suppress(ConnectionError):
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in tasks:
-            task.cancel()
-        for stream in (writer, up_writer):
-            stream.close()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-
 @pytest.fixture
-async def proxy(redis_server: EmbeddedServer) -> AsyncIterator[DroppingProxy]:
-    dropping = DroppingProxy(redis_server.port)
-    dropping.server = await asyncio.start_server(dropping.handle, "127.0.0.1", 0)
+async def proxy(redis_server: EmbeddedServer) -> AsyncIterator[RedisProxy]:
+    started = RedisProxy(redis_server.port)
+    await started.start()
     try:
-        yield dropping
+        yield started
     finally:
-        dropping.server.close()
-        await dropping.server.wait_closed()
+        await started.stop()
 
 
 @pytest.mark.parametrize("runner", ["python", "go", "node"], indirect=True)
 async def test_a_lost_reply_writes_each_job_once(
-    runner: runners.Runner, proxy: DroppingProxy, prefix: str, redis: Redis
+    runner: runners.Runner, proxy: RedisProxy, prefix: str, redis: Redis
 ) -> None:
     steps: list[dict[str, Any]] = [
         {"do": "enqueue", "task": "echo", "args": ["warm"]},  # connected, scripts loaded

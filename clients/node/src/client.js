@@ -5,7 +5,7 @@ import { Cluster, Redis } from 'ioredis';
 import { ConfigError, EnqueueUnconfirmed, ServerUnavailable } from './errors.js';
 import { doneSlot } from './ids.js';
 import { Job } from './job.js';
-import { QueueKeys, PRIORITY_LEVELS } from './keys.js';
+import { QueueKeys } from './keys.js';
 import { prepare } from './options.js';
 import { CANCEL, CANCEL_SHARDED, ENQUEUE, isNoScript } from './scripts.js';
 import { SettledListener } from './settled.js';
@@ -298,12 +298,7 @@ export class Queue {
    */
   enqueueArgs(jobs, resend) {
     const priorities = [...new Set(jobs.map((job) => job.priority))].sort((a, b) => a - b);
-    const k = this.keys;
-    const keys = [
-      k.key('notify'), k.key('schedule'), k.key('schedule:wake'), k.key('periodic:ticks'), k.key('job:'),
-      k.key('done:'), k.key('idle'), k.key('active'), k.key('paused'), k.key('limits'), k.key('ready:'),
-      k.key('direct:'), k.key('take:'), ...priorities.map((p) => k.ready(p)),
-    ];
+    const keys = this.keys.keysFor(ENQUEUE, priorities);
     /** @type {(string | number)[]} */
     const args = [jobs.length, priorities.join(','), this.client.idempotencyTtl, resend ? 1 : 0];
     for (const job of jobs) {
@@ -340,10 +335,9 @@ export class Queue {
    */
   async cancel(id) {
     const k = this.keys;
-    const keys = [k.key('job:'), k.key('schedule'), k.key('skips'), k.key('notify'), k.key('schedule:wake'),
-      ...k.links(), ...Array.from({ length: PRIORITY_LEVELS }, (_, p) => k.ready(p))];
-    const args = [id, this.client.resultTtl, k.key('aborts'), k.settled];
     const script = this.client.cluster ? CANCEL_SHARDED : CANCEL; // (SPUBLISH on a Cluster)
+    const keys = k.keysFor(script);
+    const args = [id, this.client.resultTtl, k.key('aborts'), k.settled];
     const reply = await this.client.call(async (redis) => {
       try {
         return await redis.evalsha(script.sha, keys.length, ...keys, ...args);

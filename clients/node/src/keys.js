@@ -4,6 +4,12 @@ import { ConfigError } from './errors.js';
 
 export const PRIORITY_LEVELS = 10;
 
+/** A KEYS name -> its role after "<prefix>:{<queue>}:" (core/keys.py's names; any other name is its own role). */
+const ROLES = /** @type {Record<string, string>} */ ({
+  job_prefix: 'job:', done_prefix: 'done:', ready_prefix: 'ready:', direct_prefix: 'direct:',
+  taken_prefix: 'take:', schedule_wake: 'schedule:wake', ticks: 'periodic:ticks',
+});
+
 export class QueueKeys {
   /** @param {string} prefix @param {string} queue */
   constructor(prefix, queue) {
@@ -39,6 +45,24 @@ export class QueueKeys {
   /** @param {number} spanMs @param {number} generation @param {number} slot */
   done(spanMs, generation, slot) {
     return `${this.base}:done:${spanMs}:${generation}:${slot}`;
+  }
+
+  /**
+   * The KEYS of one call of a script, from its header: `ready` fills an open group of
+   * ready lists (a key renamed, added or moved in the header is followed).
+   * @param {import('./scripts.js').Script} script
+   * @param {number[]} [ready]
+   */
+  keysFor(script, ready = []) {
+    return script.keys.flatMap((slot) => {
+      if (!slot.group) return [this.key(ROLES[slot.name] ?? slot.name)];
+      if (slot.name === 'links') return this.links();
+      if (slot.name === 'ready') {
+        const levels = slot.size < 0 ? ready : Array.from({ length: slot.size }, (_, p) => p);
+        return levels.map((p) => this.ready(p));
+      }
+      throw new Error(`aioqueue: ${script.name}.lua declares KEYS group ${slot.name}, which this client does not know`);
+    });
   }
 
   /** The keys of include/links.lua, in the order scripts declare them. */

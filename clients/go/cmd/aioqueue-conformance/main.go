@@ -73,54 +73,64 @@ func (r *runner) step(step map[string]any) map[string]any {
 	defer cancel()
 	before := float64(time.Now().UnixNano()) / 1e6
 	var jobs []*aioqueue.Job
-	result, err := func() (map[string]any, error) {
-		switch step["do"] {
-		case "enqueue":
-			call, err := r.call(step)
-			if err != nil {
-				return nil, err
-			}
-			job, err := r.queue.Enqueue(ctx, call.Task, call.Args, call.Options...)
-			if err != nil {
-				return nil, err
-			}
-			jobs = []*aioqueue.Job{job}
-			return map[string]any{"id": job.ID, "created": job.Created}, nil
-		case "enqueue_many":
-			return r.enqueueMany(ctx, step, &jobs)
-		}
-		job := r.job(step["job"])
-		switch step["do"] {
-		case "status":
-			status, err := job.Status(ctx)
-			return map[string]any{"status": status}, err
-		case "result":
-			var value json.RawMessage
-			err := job.Result(ctx, &value)
-			if value == nil {
-				value = json.RawMessage("null")
-			}
-			return map[string]any{"value": value}, err
-		case "cancel":
-			cancelled, err := job.Cancel(ctx)
-			return map[string]any{"cancelled": cancelled}, err
-		case "wait_running":
-			for {
-				status, err := job.Status(ctx)
-				if err != nil || status == aioqueue.StatusActive {
-					return map[string]any{"status": status}, err
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-		}
-		return nil, fmt.Errorf("unknown step %v", step["do"])
-	}()
+	var result map[string]any
+	var err error
+	switch step["do"] {
+	case "enqueue":
+		result, err = r.enqueue(ctx, step, &jobs)
+	case "enqueue_many":
+		result, err = r.enqueueMany(ctx, step, &jobs)
+	default:
+		result, err = r.onJob(ctx, step["do"], r.job(step["job"]))
+	}
 	r.jobs = append(r.jobs, jobs)
 	if err != nil {
 		return describe(err)
 	}
-	result["before_ms"] = before
+	if len(jobs) > 0 {
+		result["before_ms"] = before
+	}
 	return result
+}
+
+func (r *runner) enqueue(ctx context.Context, step map[string]any, jobs *[]*aioqueue.Job) (map[string]any, error) {
+	call, err := r.call(step)
+	if err != nil {
+		return nil, err
+	}
+	job, err := r.queue.Enqueue(ctx, call.Task, call.Args, call.Options...)
+	if err != nil {
+		return nil, err
+	}
+	*jobs = []*aioqueue.Job{job}
+	return map[string]any{"id": job.ID, "created": job.Created}, nil
+}
+
+func (r *runner) onJob(ctx context.Context, do any, job *aioqueue.Job) (map[string]any, error) {
+	switch do {
+	case "status":
+		status, err := job.Status(ctx)
+		return map[string]any{"status": status}, err
+	case "result":
+		var value json.RawMessage
+		err := job.Result(ctx, &value)
+		if value == nil {
+			value = json.RawMessage("null")
+		}
+		return map[string]any{"value": value}, err
+	case "cancel":
+		cancelled, err := job.Cancel(ctx)
+		return map[string]any{"cancelled": cancelled}, err
+	case "wait_running":
+		for {
+			status, err := job.Status(ctx)
+			if err != nil || status == aioqueue.StatusActive {
+				return map[string]any{"status": status}, err
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return nil, fmt.Errorf("unknown step %v", do)
 }
 
 func (r *runner) enqueueMany(ctx context.Context, step map[string]any, jobs *[]*aioqueue.Job) (map[string]any, error) {

@@ -35,6 +35,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -73,13 +74,20 @@ def node_missing() -> str | None:
     return None
 
 
+def go_env() -> dict[str, str]:
+    """The environment of go commands: offline (the module's dependencies are vendored),
+    with a build cache even where HOME is unset."""
+    env = {**os.environ, "GOFLAGS": "-mod=vendor", "GOPROXY": "off"}
+    if "HOME" not in env and "XDG_CACHE_HOME" not in env:
+        env.setdefault("GOCACHE", str(Path(tempfile.gettempdir()) / "aioqueue-go-cache"))
+    return env
+
+
 def build_go(out: Path) -> Path:
-    """Build the Go runner (offline: the module's dependencies are vendored)."""
+    """Build the Go runner."""
     binary = out / "aioqueue-conformance"
-    subprocess.run(
-        ["go", "build", "-o", str(binary), "./cmd/aioqueue-conformance"],
-        cwd=GO_MODULE, check=True, env={**os.environ, "GOFLAGS": "-mod=vendor", "GOPROXY": "off"},
-    )  # fmt: skip
+    command = ["go", "build", "-o", str(binary), "./cmd/aioqueue-conformance"]
+    subprocess.run(command, cwd=GO_MODULE, check=True, env=go_env())
     return binary
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conformance import runners
 
-OFFLINE = {**os.environ, "GOFLAGS": "-mod=vendor", "GOPROXY": "off"}
+OFFLINE = runners.go_env()
 
 
 def _require(reason: str | None) -> None:

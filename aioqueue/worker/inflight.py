@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from ..core.handlers import Handler
     from ..core.lifecycle import Taken
     from ..core.middleware import CallNext, JobContext
+    from ..core.settings import WorkerSettings
     from .acks import Batcher
     from .runner import RunEnv
 
@@ -280,13 +281,9 @@ class InFlight(Component):
                 and job.queue == queue
                 and job.interrupt is not Interrupt.ABORT
             ):
-                if self._in_thread(job):
-                    logger.info(
-                        "job %s: abort asked, but its thread cannot be stopped: it runs to its "
-                        "end", job.taken.job_id, extra=job.fields(),
-                    )  # fmt: skip
-                else:
-                    logger.info("job %s: aborting on request", job.taken.job_id, extra=job.fields())
+                how = " (in a thread, which cannot be stopped)" if self._in_thread(job) else ""
+                fields = job.fields()
+                logger.info("job %s: aborting on request%s", job.taken.job_id, how, extra=fields)
                 self.interrupt(job, Interrupt.ABORT)
 
     def stop_taking(self) -> None:
@@ -300,12 +297,13 @@ class InFlight(Component):
         for job in list(self.running.values()):
             self.interrupt(job, Interrupt.SHUTDOWN)
 
-    async def finish(self, *, grace: float, force: bool, lease_ms: int) -> None:
-        """Shutdown: jobs that never started go back to ready; running ones get ``grace``
-        seconds, then are cancelled (back to ready); a handler that ignores even that is
-        settled without it and left behind. A job whose handler runs in a thread is left
-        running, its lease renewed (``lease_ms``) until the thread returns or the process
-        exits (see the module docstring)."""
+    async def finish(self, settings: WorkerSettings, *, force: bool) -> None:
+        """Shutdown: jobs that never started go back to ready; running ones get the grace,
+        then are cancelled (back to ready); a handler that ignores even that is settled
+        without it and left behind. A job whose handler runs in a thread is left running,
+        its lease renewed until the thread returns or the process exits (see the module
+        docstring)."""
+        grace = settings.grace
         for job in self.slots.take_waiting():
             self._hand_back(job)
         if self.running and not force:
@@ -315,7 +313,8 @@ class InFlight(Component):
         self._env.threads.let_go()  # from now on a cancellation ends their wait
         self._env.threads.close()
         if self.running:
-            self._outliving = asyncio.get_running_loop().create_task(self._hold_leases(lease_ms))
+            hold = self._hold_leases(settings.lease_ms)
+            self._outliving = asyncio.get_running_loop().create_task(hold)
         for task in self._abandoned:
             task.cancel()
         if self._hooks:
@@ -357,10 +356,10 @@ class InFlight(Component):
         """After shutdown: renew the leases of the jobs left running in threads until the
         threads return, then ack how the jobs ended. Cancelled if the process exits first."""
         batchers = {job.acks for job in self.running.values()}
-        while self.running:
-            await asyncio.wait(set(self.running), timeout=lease_ms / 3000)
+        while self.running:  # at once first: a topic's leases were last renewed before the grace
             for acks in batchers:
                 await acks.renew(lease_ms)
+            await asyncio.wait(set(self.running), timeout=lease_ms / 3000)
         for acks in batchers:
             await acks.flush()
 

@@ -4,9 +4,10 @@ A thread cannot be stopped from outside. A handler's thread that a timeout, an a
 shutdown cut loose would run on while its job is retried, released or taken by another
 worker: the job would run in two places at once. So the coroutine that awaits a handler's
 thread holds every cancellation until the thread returns, then returns what the thread
-returned (or raises what it raised), as a handler that swallows a cancellation does; the
-job's owner (``inflight``) knows which jobs run in a thread (``busy``), and settles them
-by what the thread did and why they were cancelled, keeping their slot and lease meanwhile.
+returned (or raises what it raised), as a handler that swallows a cancellation does. The
+job's owner (``inflight``) knows which jobs run in a thread (``busy``): it sends them no
+cancellation, keeps their slot and lease, and settles them by what the thread did and why
+it was interrupted (a timeout: HandlerTimeout).
 
 The threads are daemon threads, pooled: they never hold a process's exit. Once a worker
 has given up on them (``let_go``, at the end of its shutdown), a cancellation ends the

@@ -352,7 +352,8 @@ class Worker:
             self._inflight.cancel_all()
 
     async def stop(self) -> None:
-        """Stop gracefully; every job ends settled or back in ready, never lost."""
+        """Stop gracefully; every job ends settled, back in ready, or (its thread running
+        on) leased to this process: never lost, never run twice at once (``inflight``)."""
         if not self._started or self._stopped:
             return
         self._stopped = True
@@ -361,9 +362,7 @@ class Worker:
         if inflight is not None:  # (None if start() failed before building it)
             inflight.stop_taking()
             await stop_all(self._intake)
-            await inflight.finish(
-                grace=self.settings.grace, force=self._force, lease_ms=self.settings.lease_ms
-            )
+            await inflight.finish(self.settings, force=self._force)
             await stop_all([*self._acks, *self._topic_acks])
             await stop_all([inflight, *self._background])
         for hook in reversed(self.registry.shutdown_hooks):

@@ -5,6 +5,7 @@ the threads themselves carry a job's context and never hold up a process's exit.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from typing import Any
 
@@ -146,6 +147,33 @@ async def test_a_second_signal_does_not_wait_for_threads(app: aioqueue.App) -> N
     finally:
         release.set()
     await wait_until(lambda: now(worker.running == 0))
+
+
+async def test_an_aborted_thread_runs_to_its_end(
+    app: aioqueue.App, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nothing can stop it: its outcome, when it returns, is the job's."""
+    caplog.set_level(logging.INFO, logger="aioqueue.worker.inflight")
+    release = threading.Event()
+    started = threading.Event()
+
+    @app.task(queue="q")
+    def slow() -> str:
+        started.set()
+        release.wait(30)
+        return "finished"
+
+    job = await slow.enqueue()
+    try:
+        async with app.worker() as worker:
+            await wait_until(lambda: now(started.is_set()))
+            assert await job.cancel() is True
+            await wait_until(lambda: now("in a thread, which cannot be stopped" in caplog.text))
+            release.set()
+            assert await job.result(timeout=10) == "finished"
+    finally:
+        release.set()
+    assert worker.outcomes == {"complete": 1}
 
 
 async def test_handler_threads_carry_the_jobs_context_and_are_daemons(

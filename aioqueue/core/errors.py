@@ -155,7 +155,8 @@ class PayloadError(AioqueueError, ValueError):
 
 
 class HandlerTimeout(AioqueueError, TimeoutError):
-    """A handler ran past its timeout: it swallowed the cancellation or blocked the loop."""
+    """A handler ran past its timeout: it swallowed the cancellation, blocked the loop, or
+    ran in a thread (a plain def), which cannot be stopped."""
 
 
 class LeaseExpired(AioqueueError):

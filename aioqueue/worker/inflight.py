@@ -51,6 +51,8 @@ logger = logging.getLogger(__name__)
 
 CHECK_INTERVAL = 0.5  # seconds between checks for overdue handlers and stale waiting jobs
 OVERDUE_GRACE = 1.0  # after a deadline, before the next step against a handler that won't stop
+ENDED = {"retry": "failed (retried)", "bury": "dead", "fail": "failed", "abort": "aborted",
+         "expire": "expired", "release": "put back"}  # fmt: skip
 
 
 class InFlight(Component):
@@ -145,10 +147,11 @@ class InFlight(Component):
 
     def _log_ended(self, job: RunningJob, settlement: Settlement) -> None:
         ran = time.monotonic() - job.started_at if job.started_at else 0.0
-        fields = job.fields() | {"outcome": settlement.outcome, "attempt": job.taken.attempts}
+        outcome = settlement.outcome
+        fields = {"outcome": outcome, "attempt": job.taken.attempts, "seconds": round(ran, 6)}
         logger.log(
             self._job_log, "job %s (%s) %s in %.3fs", job.taken.job_id, job.task_name,
-            settlement.outcome, ran, extra=fields | {"seconds": round(ran, 6)},
+            ENDED.get(outcome, outcome), ran, extra=job.fields() | fields,
         )  # fmt: skip
 
     def _hand_back(self, job: RunningJob, *, aborted: bool = False) -> None:

@@ -9,7 +9,10 @@ serve two queues, each with far more jobs ready than its limit lets through:
   against the most the limit allows (rate x seconds + burst) and the rate itself;
 - ``capped``, ``set_limits(concurrency=5)``, jobs sleeping 50 ms: the most running at once
   (from the records' start and finish times), and the jobs finished per second against the
-  cap's ideal (5 / 50 ms = 100/s).
+  cap's ideal (5 / 50 ms = 100/s);
+- ``rate-5``, ``rate-100``, ``rate-1000``, ``set_limits(rate="N/s")`` with the default burst
+  (1), no-op jobs: the rate delivered (starts in the window / (N x seconds); at least 95 %
+  is the target: a held-back worker comes a little late to each start).
 Also the take calls the workers made per second while held back (EVALSHA count from INFO
 commandstats, over both queues): the cost of waiting on a limit.
 """
@@ -33,8 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RATE, BURST, CAP, SLEEP = 100, 10, 5, 0.05
 
 
-async def prepare(seconds: float) -> tuple[list[str], list[str]]:
-    """Set the limits and fill both queues; the ids of their jobs."""
+async def prepare(seconds: float) -> dict[str, list[str]]:
+    """Set the limits and fill the queues; the ids of their jobs, by queue."""
     from benchmarks import flow_app
 
     app = flow_app.app
@@ -47,7 +50,14 @@ async def prepare(seconds: float) -> tuple[list[str], list[str]]:
         capped = await app.queue("capped").enqueue_many(
             flow_app.slow.enqueue(n) for n in range(int(CAP / SLEEP * seconds * 1.5))
         )
-        return [job.id for job in paced], [job.id for job in capped]
+        ids = {"paced": [job.id for job in paced], "capped": [job.id for job in capped]}
+        for rate, task in flow_app.rated.items():
+            queue = app.queue(f"rate-{rate}")
+            await queue.set_limits(rate=f"{rate}/s")
+            count = int(rate * seconds * 1.5)
+            jobs = await queue.enqueue_many(task.enqueue(n) for n in range(count))
+            ids[queue.name] = [job.id for job in jobs]
+        return ids
     finally:
         await app.close()
 
@@ -62,19 +72,29 @@ async def evalsha_calls() -> int:
         await flow_app.app.close()
 
 
-async def spans(queue: str, ids: list[str]) -> list[tuple[int, int]]:
-    """(started_at_ms, finished_at_ms) of the finished jobs among ``ids``, by Redis's clock."""
+async def spans(ids: dict[str, list[str]]) -> dict[str, list[tuple[int, int]]]:
+    """(started_at_ms, finished_at_ms) of the finished jobs among ``ids``, by Redis's
+    clock, by queue."""
     from benchmarks import flow_app
 
     try:
-        found = []
-        for job_id in ids:
-            info = await flow_app.app.queue(queue).job(job_id).info()
-            if info is not None and info.started_at_ms and info.finished_at_ms:
-                found.append((info.started_at_ms, info.finished_at_ms))
+        found: dict[str, list[tuple[int, int]]] = {}
+        for queue, job_ids in ids.items():
+            infos = [await flow_app.app.queue(queue).job(job_id).info() for job_id in job_ids]
+            found[queue] = [
+                (info.started_at_ms, info.finished_at_ms)
+                for info in infos
+                if info is not None and info.started_at_ms and info.finished_at_ms
+            ]
         return found
     finally:
         await flow_app.app.close()
+
+
+def starts_within(spans: list[tuple[int, int]], window_ms: float) -> int:
+    """The starts within ``window_ms`` of the first."""
+    first = min(start for start, _ in spans)
+    return sum(1 for start, _ in spans if first <= start < first + window_ms)
 
 
 def most_at_once(spans: list[tuple[int, int]]) -> int:
@@ -98,10 +118,10 @@ def main() -> None:
     prefix = f"flow{time.time_ns() % 100000}"
     with EmbeddedServer() as server:
         os.environ.update(AIOQUEUE_REDIS_URL=server.url, FLOW_PREFIX=prefix)
-        paced_ids, capped_ids = asyncio.run(prepare(args.seconds))
+        ids = asyncio.run(prepare(args.seconds))
         command = [sys.executable, "-m", "aioqueue", "--log-level", "warning", "worker",
-                   "benchmarks.flow_app:app", "-q", "paced", "-q", "capped",
-                   "-c", "50"]  # fmt: skip
+                   "benchmarks.flow_app:app", "-c", "50"]  # fmt: skip
+        command += [option for queue in ids for option in ("-q", queue)]
         calls_before = asyncio.run(evalsha_calls())
         workers = [subprocess.Popen(command, cwd=ROOT, stdin=subprocess.DEVNULL)
                    for _ in range(args.processes)]  # fmt: skip
@@ -111,31 +131,45 @@ def main() -> None:
             worker.terminate()
         for worker in workers:
             worker.wait(timeout=60)
-        paced = asyncio.run(spans("paced", paced_ids))
-        capped = asyncio.run(spans("capped", capped_ids))
-    first = min(start for start, _ in paced)
-    window_ms = args.seconds * 1000
-    starts = sum(1 for start, _ in paced if first <= start < first + window_ms)
-    allowed = RATE * args.seconds + BURST
+        found = asyncio.run(spans(ids))
+    report(found, args.processes, args.seconds, calls_after - calls_before)
+
+
+def report(
+    found: dict[str, list[tuple[int, int]]], processes: int, seconds: float, calls: int
+) -> None:
+    """Print the table: each limit against its bound (``calls``: the script calls made)."""
+    paced, capped = found["paced"], found["capped"]
+    window_ms = seconds * 1000
+    starts = starts_within(paced, window_ms)
+    allowed = RATE * seconds + BURST
     capped_first = min(start for start, _ in capped)
     capped_done = sum(1 for _, end in capped if end < capped_first + window_ms)
     print(f"aioqueue {aioqueue.__version__}, Python {platform.python_version()}, "
-          f"{os.cpu_count()} CPUs; {args.processes} worker processes (-c 50), "
-          f"{args.seconds:.0f} s windows from each queue's first start\n")  # fmt: skip
+          f"{os.cpu_count()} CPUs; {processes} worker processes (-c 50), "
+          f"{seconds:.0f} s windows from each queue's first start\n")  # fmt: skip
     print("| limit | measured | bound | measured / bound |")
     print("|---|---:|---:|---:|")
     print(f"| rate {RATE}/s, burst {BURST}: starts in the window | {starts:,} | "
           f"≤ {allowed:,.0f} | {starts / allowed:.3f} |")  # fmt: skip
-    print(f"| ... as a share of the rate ({RATE * args.seconds:,.0f}) | {starts:,} | "
-          f"≥ 95 % | {starts / (RATE * args.seconds):.3f} |")  # fmt: skip
+    print(f"| ... as a share of the rate ({RATE * seconds:,.0f}) | {starts:,} | "
+          f"≥ 95 % | {starts / (RATE * seconds):.3f} |")  # fmt: skip
     print(f"| concurrency {CAP}: most running at once | {most_at_once(capped)} | ≤ {CAP} | "
           f"{most_at_once(capped) / CAP:.2f} |")  # fmt: skip
-    ideal = CAP / SLEEP * args.seconds
+    ideal = CAP / SLEEP * seconds
     print(f"| ... jobs of {SLEEP * 1000:.0f} ms finished in the window | {capped_done:,} | "
           f"{ideal:,.0f} (ideal) | {capped_done / ideal:.3f} |")  # fmt: skip
-    per_second = (calls_after - calls_before) / (args.seconds + 3)
-    print(f"\nscript calls while held back: {per_second:,.0f}/s over {args.processes} "
-          "processes and both queues (EVALSHA: takes, acks, lease renewals)")  # fmt: skip
+    for queue in found:
+        if not queue.startswith("rate-"):
+            continue
+        rate = int(queue.removeprefix("rate-"))
+        delivered = starts_within(found[queue], window_ms)
+        print(f"| rate {rate}/s, default burst: starts in the window | {delivered:,} | "
+              f"≥ 95 % of {rate * seconds:,.0f} | "
+              f"{delivered / (rate * seconds):.3f} |")  # fmt: skip
+    per_second = calls / (seconds + 3)
+    print(f"\nscript calls while held back: {per_second:,.0f}/s over {processes} "
+          "processes and all queues (EVALSHA: takes, acks, lease renewals)")  # fmt: skip
 
 
 if __name__ == "__main__":

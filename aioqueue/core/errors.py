@@ -15,7 +15,7 @@ AioqueueError
 ├── NotAMember               a group call names a member who has not joined it
 ├── UnknownTask              a worker has no handler for a job's task: the job goes dead
 ├── PayloadError             bytes in a queue are not an aioqueue job: the job goes dead
-├── HandlerTimeout           a handler swallowed its timeout's cancellation or blocked the loop
+├── HandlerTimeout           a handler ran past its timeout: uncancellable, or blocked the loop
 ├── LeaseExpired             a job's worker died or stalled past its lease, its attempts used
 ├── LeaseLost                a worker's ack found the job's lease passed to another worker
 ├── ServerUnavailable        no Redis server to talk to (none configured, none reachable)
@@ -155,7 +155,8 @@ class PayloadError(AioqueueError, ValueError):
 
 
 class HandlerTimeout(AioqueueError, TimeoutError):
-    """A handler ran past its timeout: it swallowed the cancellation or blocked the loop."""
+    """A handler ran past its timeout: it swallowed the cancellation, blocked the loop, or
+    ran in a thread (a plain def), which cannot be stopped."""
 
 
 class LeaseExpired(AioqueueError):

@@ -3,8 +3,9 @@ start, across every worker (``queue.set_limits``; enforced inside ``take.lua``).
 
 Pure: parsing and checking. A rate is written ``"100/s"``, ``"20/m"``, ``"500/h"`` or with
 a period, ``"5/10s"``; it becomes one start every ``interval_ms``, with bursts of up to
-``burst`` starts at once after a quiet spell (GCRA: starts never run ahead of the rate by
-more than the burst, over any window).
+``burst`` starts at once after a quiet spell (GCRA, in take.lua: over any window, starts
+never run ahead of the rate by more than the burst, or by 20 ms of starts if that is more:
+a start that comes a little late keeps its place, so late workers get the rate in full).
 """
 
 from __future__ import annotations

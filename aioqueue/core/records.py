@@ -136,6 +136,9 @@ class JobInfo:
         except PayloadError:
             payload = None
         error = record.get(Field.ERROR)
+        raw = record.get(Field.RAW)  # may be b"": an empty entry is foreign bytes too
+        if raw is None and payload is None:
+            raw = raw_payload
         return cls(
             id=job_id,
             queue=queue,
@@ -150,7 +153,7 @@ class JobInfo:
             started_at_ms=_int(record.get(Field.STARTED_AT)),
             finished_at_ms=_int(record.get(Field.FINISHED_AT)),
             error=ErrorInfo.decode(error) if error else None,
-            raw=record.get(Field.RAW) or (raw_payload if payload is None else None),
+            raw=raw,
             result_raw=record.get(Field.RESULT),
             progress_raw=record.get(Field.PROGRESS),
             headers=payload.headers if payload else {},

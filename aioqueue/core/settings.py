@@ -191,6 +191,7 @@ class WorkerSettings:
     priority_mode: PriorityMode = "strict"
     priority_weights: Mapping[int, float] | None = None
     queue_order: QueueOrder = "fair"  # "strict": the order of ``queues`` is their priority
+    log_jobs: bool = False  # an INFO line per finished job (off: a truth test per job)
 
     def __post_init__(self) -> None:
         if not self.queues:

@@ -241,6 +241,7 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
         help="strict: the order of -q is the queues' priority (default: %(default)s)",
     )
     add("--burst", action="store_true", help="exit once nothing is ready, running or due")
+    add("--log-jobs", action="store_true", help="log a line per finished job (outcome, time)")
     add(
         "--no-wait-retries",
         dest="wait_retries",

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+LEFTOVER_WAIT = 1.0  # seconds the exit waits for the tasks it cancels (see _cancel_leftovers)
+
 
 def worker_settings(app: App, args: argparse.Namespace) -> WorkerSettings:
     """The worker's settings from the command line, checked (raises ConfigError)."""
@@ -47,6 +49,7 @@ def worker_settings(app: App, args: argparse.Namespace) -> WorkerSettings:
         burst=args.burst,
         wait_retries=args.wait_retries,
         queue_order=args.queue_order,
+        log_jobs=args.log_jobs,
     )
 
 
@@ -62,7 +65,7 @@ def run_worker(app: App, args: argparse.Namespace) -> int:
         worker = app.worker(
             queues=settings.queues, concurrency=settings.concurrency, lease=settings.lease,
             grace=settings.grace, burst=settings.burst, wait_retries=settings.wait_retries,
-            queue_order=settings.queue_order,
+            queue_order=settings.queue_order, log_jobs=settings.log_jobs,
         )  # fmt: skip
         _run_leaving_abandoned_tasks(loop, _serve(app, worker))
     return 0
@@ -106,7 +109,29 @@ async def _serve(app: App, worker: Worker) -> None:
     try:
         await worker.run(handle_signals=True)
     finally:
+        _ignore_stop_signals()
         await app.close()
+        await _cancel_leftovers()
+
+
+def _ignore_stop_signals() -> None:
+    """The worker has stopped and the rest of the exit is short: another Ctrl-C (or
+    SIGTERM) must not break into it with a KeyboardInterrupt traceback."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+async def _cancel_leftovers() -> None:
+    """Cancel what the worker left running, as asyncio.run would, but waiting a bounded
+    time: jobs whose handlers run on in threads (they cannot be stopped: the process ends
+    them, and their leases, no longer renewed, expire) end their waits at once, so the loop
+    closes without "Task was destroyed but it is pending" for each."""
+    current = asyncio.current_task()
+    left = [task for task in asyncio.all_tasks() if task is not current]
+    for task in left:
+        task.cancel()
+    if left:
+        await asyncio.wait(left, timeout=LEFTOVER_WAIT)
 
 
 def _run_leaving_abandoned_tasks(
@@ -163,6 +188,7 @@ def _run_processes(app: App, args: argparse.Namespace) -> int:
     argv += ["--burst"] if args.burst else []
     argv += [] if args.wait_retries else ["--no-wait-retries"]
     argv += ["--uvloop"] if args.uvloop else []
+    argv += ["--log-jobs"] if args.log_jobs else []
     argv += ["--metrics-host", args.metrics_host]
     env = {**os.environ, ENV_REDIS_URL: app.redis_url or ""}
     # Each child in a session of its own: a terminal's Ctrl-C (sent to the whole group)

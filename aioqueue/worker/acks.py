@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 MAX_ACK_BATCH = 500  # bounds one ack script's run time inside Redis
+MAX_EXTEND_BATCH = 1000  # bounds one lease renewal's run time inside Redis
 GIVE_UP_AFTER = 30.0  # at shutdown, stop retrying acks after this long without Redis
 
 
@@ -85,6 +86,11 @@ class Batcher(Component):
         """Record a held job's progress (JSON); False once its lease is not held."""
         raise NotImplementedError
 
+    async def renew(self, lease_ms: int) -> list[bytes]:
+        """Renew the leases held (a failure is logged); the ids of the jobs whose abort
+        was asked meanwhile."""
+        raise NotImplementedError
+
     async def _ack(self, batch: list[Settlement]) -> list[bool]:
         """Send one batch: True per job settled, False where its lease was lost."""
         raise NotImplementedError
@@ -102,6 +108,13 @@ class Batcher(Component):
         self._give_up_at = asyncio.get_running_loop().time() + GIVE_UP_AFTER
         self._wake.set()
         self._landing.set()
+
+    async def flush(self) -> None:
+        """Stopped: ack what was settled since (jobs the shutdown left running in threads:
+        ``inflight``), giving up as ``stop`` does."""
+        await self.join()
+        self._give_up_at = asyncio.get_running_loop().time() + GIVE_UP_AFTER
+        await self._run()
 
     async def _run(self) -> None:
         while self._pending or not self.stopping.is_set():
@@ -181,6 +194,23 @@ class AckBatcher(Batcher):
         if taken.id not in self.held:
             return False
         return await leasing.progress(self.redis, self.keys, taken, data)
+
+    async def renew(self, lease_ms: int) -> list[bytes]:
+        held, aborted = [(job.id, job.lease) for job in self.held.values()], []
+        for start in range(0, len(held), MAX_EXTEND_BATCH):
+            batch = held[start : start + MAX_EXTEND_BATCH]
+            try:
+                extended = await leasing.extend(self.redis, self.keys, batch, lease_ms=lease_ms)
+            except CLIENT_FAILURES as exc:
+                logger.warning("renewing leases on %s failed: %s", self.name, describe(exc))
+                continue
+            aborted += extended.aborted
+            for job_id in extended.lost:
+                logger.warning(
+                    "job %s of %s: lease lost while running (stalled past its lease?)",
+                    job_id.decode("utf-8", "backslashreplace"), self.name,
+                )  # fmt: skip
+        return aborted
 
     async def _ack(self, batch: list[Settlement]) -> list[bool]:
         return await leasing.ack(

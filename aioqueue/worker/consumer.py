@@ -224,7 +224,7 @@ class QueueConsumer(Component):
             return None
         self._tokens.replied(lease)  # its reply is here: a resend can no longer happen
         self._slots.size_lookahead(time.perf_counter() - started)
-        self._state.took(result, limit, landed_before)
+        self._state.took(result, limit, landed_before, woken=woken)
         if result.held:  # for a strict queue order, the queues after it may take meanwhile
             self._set_dry(True)
         elif result.jobs:

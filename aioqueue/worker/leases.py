@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-MAX_EXTEND_BATCH = 1000
 RECLAIM_LIMIT = 1000
 
 
@@ -59,25 +58,8 @@ class LeaseKeeper(Component):
 
     async def renew_once(self) -> None:
         for queue in self._queues:
-            held = [(job.id, job.lease) for job in queue.held.values()]
-            for start in range(0, len(held), MAX_EXTEND_BATCH):
-                batch = held[start : start + MAX_EXTEND_BATCH]
-                try:
-                    extended = await leasing.extend(
-                        queue.redis, queue.keys, batch, lease_ms=self._lease_ms
-                    )
-                except CLIENT_FAILURES as exc:
-                    logger.warning(
-                        "renewing leases on %s failed: %s", queue.keys.name, describe(exc)
-                    )
-                    continue
-                for job_id in extended.aborted:
-                    self._on_abort(queue.keys.name, job_id)
-                for job_id in extended.lost:
-                    logger.warning(
-                        "job %s of %s: lease lost while running (stalled past its lease?)",
-                        job_id.decode("utf-8", "backslashreplace"), queue.keys.name,
-                    )  # fmt: skip
+            for job_id in await queue.renew(self._lease_ms):
+                self._on_abort(queue.keys.name, job_id)
 
     async def _reclaim_loop(self) -> None:
         """Return expired leases (from workers that died) to ready, every interval."""

@@ -20,18 +20,17 @@ import dataclasses
 import functools
 import inspect
 import logging
-import time
 import traceback
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
-
-import anyio.to_thread
 
 from ..core.errors import PayloadError, Retry, SerializationError, UnknownTask, describe
 from ..core.lifecycle import Settlement
 from ..core.middleware import JobContext, Middleware, call_hooks, enter_job, wrap
 from ..core.observers import JobWatchers
 from ..core.payload import Payload, decode_inputs, encode_error, encode_result
+from ..core.records import ErrorInfo
+from .threads import HandlerThreads
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -54,6 +53,7 @@ class RunEnv:
     watchers: JobWatchers = field(default_factory=JobWatchers)  # observers' job callbacks
     # a workflow parent's inputs hash, by queue name and job id (reads.inputs)
     read_inputs: Callable[[str, bytes], Awaitable[Mapping[bytes, bytes]]] | None = None
+    threads: HandlerThreads = field(default_factory=HandlerThreads)  # plain def handlers'
 
 
 class Run(Protocol):
@@ -113,7 +113,7 @@ async def run_job(job: J, env: RunEnv, owner: Owner[J]) -> Settlement:
     taken = job.taken
     found = _find(job, env, owner)
     if isinstance(found, Settlement):
-        return found
+        return _unrun(job, found)
     found_payload, task = found
     _started(job, env, owner, task.name)
     if found_payload.inputs is not None:  # a workflow's parent
@@ -121,15 +121,14 @@ async def run_job(job: J, env: RunEnv, owner: Owner[J]) -> Settlement:
     else:
         checked = _checked(taken, task, found_payload)
     if isinstance(checked, Settlement):
-        return checked
+        return _unrun(job, checked, task.name)
     payload = checked
     timeout = payload.timeout or task.options.timeout
     context = _context(taken, job.queue, task, env, payload.headers, job.acks)
     enter_job(context)
-    call = _handler_call(task, payload)
+    call = _handler_call(task, payload, env.threads, job)
     if env.middleware:
         call = wrap(env.middleware, context, call)
-    started = time.perf_counter() if logger.isEnabledFor(logging.DEBUG) else 0.0
     try:
         result = await owner.call_handler(job, call, task, timeout, context)
         data = encode_result(result)
@@ -138,13 +137,10 @@ async def run_job(job: J, env: RunEnv, owner: Owner[J]) -> Settlement:
             raise
         return await _failed(job, task, context, exc)  # raised by the handler itself
     except SerializationError as exc:
-        settlement = bury(taken, "SerializationError", str(exc))
+        settlement = _unrun(job, bury(taken, "SerializationError", str(exc)), task.name)
         return await _ended(job, task, context, settlement, exc)
     except BaseException as exc:
         return await _failed(job, task, context, exc)
-    if started:
-        elapsed = time.perf_counter() - started
-        logger.debug("job %s (%s) complete in %.3fs", taken.job_id, task.name, elapsed)
     settlement = Settlement(taken.id, taken.lease, "complete", data)
     return await _ended(job, task, context, settlement, result)
 
@@ -188,7 +184,7 @@ async def _with_inputs(
     try:
         outcomes = await env.read_inputs(job.queue, job.taken.id)
     except Exception as exc:  # (Redis unreachable) an attempt that failed
-        return failed(job.taken, task, exc)
+        return failed(job.taken, task, exc, job.queue)
     try:
         inputs = decode_inputs(payload.inputs, outcomes)
     except ValueError as exc:
@@ -201,7 +197,7 @@ async def _failed(
 ) -> Settlement:
     if job.settled:  # abandoned meanwhile: settled (and logged) without it
         return Settlement(job.taken.id, job.taken.lease, "release")
-    return await _ended(job, task, context, failed(job.taken, task, exc), exc)
+    return await _ended(job, task, context, failed(job.taken, task, exc, job.queue), exc)
 
 
 async def _ended(
@@ -282,18 +278,25 @@ async def expired_hooks(env: RunEnv, queue: str, job: Taken, error: BaseExceptio
     await run_hooks(task, _context(job, queue, task, env), settlement, error)
 
 
-def _handler_call(task: Handler[..., Any], payload: Payload) -> CallNext:
+def _handler_call(
+    task: Handler[..., Any], payload: Payload, threads: HandlerThreads, job: Run
+) -> CallNext:
     async def call() -> Any:
-        return await _invoke(task, payload)
+        return await _invoke(task, payload, threads, job)
 
     return call
 
 
-async def _invoke(task: Handler[..., Any], payload: Payload) -> Any:
+async def _invoke(
+    task: Handler[..., Any], payload: Payload, threads: HandlerThreads, job: Run
+) -> Any:
+    """Call the handler: a plain ``def`` in a thread, which nothing can stop: a cancellation
+    waits until it returns (``threads``; its owner knows it runs there by ``job``), and the
+    owner settles the job by what it did."""
     if task.is_async:
         return await task.fn(*payload.args, **payload.kwargs)
     call = functools.partial(_call_in_thread, task.fn, payload.args, payload.kwargs)
-    result = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+    result = await threads.run(call, job)
     if inspect.isawaitable(result):  # a plain callable that returned a coroutine
         result = await result
     return result
@@ -308,28 +311,49 @@ def _call_in_thread(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         raise _Escaped(exc) from exc
 
 
-def failed(taken: Taken, task: Handler[..., Any], exc: BaseException) -> Settlement:
+def failed(taken: Taken, task: Handler[..., Any], exc: BaseException, queue: str) -> Settlement:
     """A failed attempt: retried by the task's policy, or dead (failed) when it is over."""
     if isinstance(exc, _Escaped):
         exc = exc.original
     error = encode_error(type(exc).__name__, str(exc), _format(exc))
     max_attempts = taken.max_attempts or task.options.max_attempts
     retryable = not isinstance(exc, task.options.never_retry)
+    fields = job_fields(taken, task.name, queue, attempt=taken.attempts)
     if retryable and (max_attempts < 0 or taken.attempts < max_attempts):  # < 0: forever
         if isinstance(exc, Retry) and exc.delay is not None:
             delay = exc.delay
         else:
             delay = task.options.backoff(taken.attempts)
         logger.info(
-            "job %s (%s) attempt %d/%d failed: %s; retry in %.3fs",
-            taken.job_id, task.name, taken.attempts, max_attempts, describe(exc), delay,
+            "job %s (%s) attempt %d/%d failed, retry in %.3fs: %s",
+            taken.job_id, task.name, taken.attempts, max_attempts, delay, describe(exc),
+            extra=fields,
         )  # fmt: skip
         return Settlement(taken.id, taken.lease, "retry", error, max(0, int(delay * 1000)))
-    logger.warning(
+    logger.error(  # with the handler's traceback: the job is dead
         "job %s (%s) failed for good after %d attempt(s): %s",
-        taken.job_id, task.name, taken.attempts, describe(exc),
+        taken.job_id, task.name, taken.attempts, describe(exc), exc_info=exc, extra=fields,
     )  # fmt: skip
     return Settlement(taken.id, taken.lease, "bury" if task.options.dead_letter else "fail", error)
+
+
+def job_fields(taken: Taken, task: str, queue: str, **more: object) -> dict[str, object]:
+    """The fields of a log line about a job (``extra=``: JSON logs show them)."""
+    return {"job_id": taken.job_id, "task": task, "queue": queue, **more}
+
+
+def _unrun(job: Run, settlement: Settlement, task: str = "?") -> Settlement:
+    """A job that ends without running its handler (expired, or buried: bad input, a task
+    this worker lacks): say so, with the reason."""
+    if settlement.outcome in ("bury", "expire"):
+        error = ErrorInfo.decode(settlement.data)
+        log = logger.warning if settlement.outcome == "bury" else logger.info
+        log(
+            "job %s (%s) %s: %s: %s", job.taken.job_id, task,
+            "buried" if settlement.outcome == "bury" else "expired", error.type, error.message,
+            extra=job_fields(job.taken, task, job.queue),
+        )  # fmt: skip
+    return settlement
 
 
 def _expired(taken: Taken, payload: Payload) -> bool:
@@ -345,8 +369,8 @@ def expire(taken: Taken, expires_ms: int | None) -> Settlement:
 
 
 def bury(taken: Taken, error_type: str, message: str) -> Settlement:
-    """Straight to the dead set: retrying cannot help (bad input, a result JSON can't hold)."""
-    logger.warning("job %s buried: %s: %s", taken.job_id, error_type, message)
+    """Straight to the dead set: retrying cannot help (bad input, a result JSON can't hold).
+    (``run_job`` logs it.)"""
     return Settlement(taken.id, taken.lease, "bury", encode_error(error_type, message, ""))
 
 

@@ -22,7 +22,7 @@ from ..core.errors import HandlerTimeout
 from ..core.lifecycle import Settlement
 from ..core.observers import JobEvent
 from ..core.payload import encode_error
-from .runner import failed, run_hooks
+from .runner import failed, job_fields, run_hooks
 
 if TYPE_CHECKING:
     import asyncio
@@ -72,9 +72,15 @@ class RunningJob:
     def queue(self) -> str:
         return self.acks.name
 
+    def fields(self) -> dict[str, object]:
+        """What a log line about it carries as fields (``extra=``; JSON logs show them)."""
+        return job_fields(self.taken, self.task_name, self.queue)
+
     @property
     def task_name(self) -> str:
-        return self.task.name if self.task is not None else "?"
+        if self.task is not None:
+            return self.task.name
+        return self.observed_as or "?"
 
     @property
     def interrupted(self) -> bool:
@@ -90,7 +96,7 @@ def interrupted_settlement(job: RunningJob) -> Settlement:
     if job.interrupt is Interrupt.ABORT:
         return Settlement(taken.id, taken.lease, "abort", ABORTED)
     if job.interrupt is Interrupt.OVERDUE and job.task is not None:
-        return failed(taken, job.task, _overdue_error(job))
+        return failed(taken, job.task, _overdue_error(job), job.queue)
     return Settlement(taken.id, taken.lease, "release")
 
 

@@ -27,7 +27,7 @@ from ..store import reads
 from ..store.scripts import topics
 from ..store.streams import DEAD_MAX, create_group
 from .acks import Batcher
-from .loops import RETRY_PAUSE, Component, wait_event
+from .loops import CLIENT_FAILURES, RETRY_PAUSE, Component, wait_event
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Sequence
@@ -118,6 +118,27 @@ class TopicAcks(Batcher):
     async def report_progress(self, taken: Taken, data: bytes) -> bool:
         """Messages keep no progress (a subscriber's ``set_progress`` records nothing)."""
         return False
+
+    async def renew(self, lease_ms: int) -> list[bytes]:
+        """Renew the leases of the held messages still running or waiting (an ack in
+        flight may land before this renewal). A message's lease is its pending entry's
+        idle time: ``lease_ms`` is the group's own. No aborts on topics."""
+        held = [entry_id for entry_id in self.held if entry_id not in self.settling]
+        if not held:
+            return []
+        try:
+            lost = await topics.topic_extend(self.redis, self.keys, self.group, self.consumer, held)
+        except CLIENT_FAILURES as exc:
+            logger.warning("renewing leases on %s failed: %s", self.name, describe(exc))
+            return []
+        for entry_id in lost:
+            if entry_id not in self.held:
+                continue  # its ack landed meanwhile
+            logger.warning(
+                "message %s of %s: lease lost (claimed by another worker, or trimmed)",
+                entry_id.decode("utf-8", "replace"), self.name,
+            )  # fmt: skip
+        return []
 
     async def _ack(self, batch: list[Settlement]) -> list[bool]:
         attempts = [self.held[s.id].attempts if s.id in self.held else 1 for s in batch]
@@ -318,18 +339,7 @@ class TopicConsumer(Component):
             return
         self._renewed_at = loop.time()
         await self.redis.pexpire(self._wake, WAKE_TTL_MS)
-        # Only what still runs (or waits): an ack in flight may land before this renewal.
-        held = [entry_id for entry_id in self._acks.held if entry_id not in self._acks.settling]
-        if not held:
-            return
-        lost = await topics.topic_extend(self.redis, self.keys, self.group, self.consumer, held)
-        for entry_id in lost:
-            if entry_id not in self._acks.held:
-                continue  # its ack landed meanwhile
-            logger.warning(
-                "message %s of %s: lease lost (claimed by another worker, or trimmed)",
-                entry_id.decode("utf-8", "replace"), self._acks.name,
-            )  # fmt: skip
+        await self._acks.renew(self.settings.lease_ms)
 
     async def _claim(self) -> None:
         """Claim messages whose lease ran out or whose retry is due."""

@@ -66,11 +66,17 @@ class TakeState:
         self.out -= 1
         self.failed, self.woken = True, False
 
-    def took(self, result: TakeResult, asked: int, landed_before: int) -> None:
-        """A take of ``asked`` jobs came back, sent when ``landed_before`` acks had landed."""
+    def took(
+        self, result: TakeResult, asked: int, landed_before: int, *, woken: bool = False
+    ) -> None:
+        """A take of ``asked`` jobs came back, sent when ``landed_before`` acks had landed
+        (``woken``: it reported the consumed notify token)."""
         self.out -= 1
         if result.held:  # the queue's limits keep the rest in ready for now
             self.held, self.probing = result, True
+            # Held back with nothing taken, it popped nothing: the job that token announced
+            # is still ready, so the take after the hold reports the token instead.
+            self.woken = self.woken or (woken and not result.jobs)
         elif len(result.jobs) == asked:
             self.probing = False  # the queue has more: pipeline the takes
         else:

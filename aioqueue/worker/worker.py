@@ -100,7 +100,7 @@ class Worker:
     ``queue_order`` ("fair": every queue takes as it has work; "strict": the order of
     ``queues`` is their priority, a queue taking only while those before it are dry),
     ``subscribers`` (default True: also run the app's topic subscribers, see
-    ``App.subscriber``).
+    ``App.subscriber``), ``log_jobs`` (an INFO line per finished job).
     """
 
     def __init__(
@@ -120,6 +120,7 @@ class Worker:
         queue_order: QueueOrder = WORKER_DEFAULTS.queue_order,
         loop_lag_warning: float = WORKER_DEFAULTS.loop_lag_warning,
         subscribers: bool = True,
+        log_jobs: bool = WORKER_DEFAULTS.log_jobs,
     ) -> None:
         self._host = app
         self.registry = registry = app.registry
@@ -129,7 +130,7 @@ class Worker:
             lease=lease, grace=grace, burst=burst, wait_retries=wait_retries,
             idle_wait=idle_wait, reclaim_interval=reclaim_interval,
             priority_mode=priority_mode, priority_weights=priority_weights,
-            loop_lag_warning=loop_lag_warning, queue_order=queue_order,
+            loop_lag_warning=loop_lag_warning, queue_order=queue_order, log_jobs=log_jobs,
         )  # fmt: skip
         self.id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self.state: dict[str, Any] = {}  # shared resources from the app's startup hooks
@@ -195,7 +196,9 @@ class Worker:
             registry.find_task, tuple(registry.middleware), self.state,
             JobWatchers.of(registry.observers), functools.partial(reads.inputs, redis, prefix),
         )  # fmt: skip
-        inflight = self._inflight = InFlight(env, concurrency=self.settings.concurrency)
+        inflight = self._inflight = InFlight(
+            env, concurrency=self.settings.concurrency, log_jobs=self.settings.log_jobs
+        )
         queues = [QueueKeys.for_queue(prefix, name) for name in self.settings.queues]
         handoff = self._handoff = HandOff(
             redis, prefix, queues, result_ttl_ms=self._host.settings.result_ttl_ms
@@ -349,7 +352,8 @@ class Worker:
             self._inflight.cancel_all()
 
     async def stop(self) -> None:
-        """Stop gracefully; every job ends settled or back in ready, never lost."""
+        """Stop gracefully; every job ends settled, back in ready, or (its thread running
+        on) leased to this process: never lost, never run twice at once (``inflight``)."""
         if not self._started or self._stopped:
             return
         self._stopped = True
@@ -358,7 +362,7 @@ class Worker:
         if inflight is not None:  # (None if start() failed before building it)
             inflight.stop_taking()
             await stop_all(self._intake)
-            await inflight.finish(grace=self.settings.grace, force=self._force)
+            await inflight.finish(self.settings, force=self._force)
             await stop_all([*self._acks, *self._topic_acks])
             await stop_all([inflight, *self._background])
         for hook in reversed(self.registry.shutdown_hooks):

@@ -132,6 +132,38 @@ async def test_no_limits_cost_nothing_and_hold_nothing(db: Redis, keys: QueueKey
     assert await db.exists(keys.rate) == 0
 
 
+async def test_a_take_woken_for_a_held_job_says_until_when(db: Redis, keys: QueueKeys) -> None:
+    """The worker's BLPOP spent the job's notify token before its take was held: the take
+    still says until when (it once said nothing, so the worker waited ``idle_wait``)."""
+    await _limit(db, keys, rate="5/s")
+    first = await enqueue(db, keys, "j0")
+    assert await db.lpop(keys.notify) is not None  # the BLPOP that woke the worker
+    started = await leasing.take(db, keys, lease="a:1", lease_ms=30_000, limit=10, woken=True)
+    assert [job.id for job in started.jobs] == [first]
+    await enqueue(db, keys, "j1")
+    assert await db.lpop(keys.notify) is not None
+    held = await leasing.take(db, keys, lease="a:2", lease_ms=30_000, limit=10, woken=True)
+    assert held.jobs == []
+    assert held.held == math.ceil((started.promoted.now_us + 200_000) / 1000)
+
+
+async def test_a_late_start_keeps_its_place_in_the_rate(db: Redis, keys: QueueKeys) -> None:
+    """A start that comes a little late (a worker's timer, a round trip) does not push the
+    schedule back: the next is due one interval after the late one's due time. A start
+    long after its due time (a quiet queue) starts the schedule afresh."""
+    ids = [await enqueue(db, keys, f"j{n}") for n in range(3)]
+    await _limit(db, keys, rate="10/s")  # 100 ms apart, burst 1
+    seconds, micros = await db.time()
+    due = int(seconds) * 1_000_000 + int(micros) - 10_000  # due 10 ms ago
+    await db.set(keys.rate, str(due))
+    assert await _take(db, keys, 10, "a:1") == (ids[:1], math.ceil((due + 100_000) / 1000))
+    assert int(await db.get(keys.rate) or 0) == due + 100_000  # not now + 100 ms
+    await db.set(keys.rate, str(due - 1_000_000))  # a second late: afresh
+    result = await leasing.take(db, keys, lease="a:2", lease_ms=30_000, limit=10)
+    assert [job.id for job in result.jobs] == ids[1:2]
+    assert int(await db.get(keys.rate) or 0) == result.promoted.now_us + 100_000
+
+
 # -- in workers -------------------------------------------------------------------------
 
 
@@ -189,6 +221,21 @@ async def test_starts_never_outrun_the_rate(app: aioqueue.App, redis_url: str, p
         assert all(b >= a for a, b in pairwise(starts))
     finally:
         await other.close()
+
+
+async def test_a_job_held_by_the_rate_starts_when_the_rate_allows(app: aioqueue.App) -> None:
+    """Not at the worker's next idle look (``idle_wait``, a minute here)."""
+
+    @app.task(queue="paced")
+    async def tick(n: int) -> int:
+        return n
+
+    await app.queue("paced").set_limits(rate="5/s")
+    first = await tick.enqueue(0)
+    async with app.worker(idle_wait=60):
+        assert await first.result(timeout=10) == 0
+        second = await tick.enqueue(1)  # within the interval: held back, then started
+        assert await second.result(timeout=10) == 1
 
 
 async def test_a_dead_workers_jobs_count_until_their_leases_expire(app: aioqueue.App) -> None:

@@ -55,3 +55,22 @@ def test_a_consumed_token_is_dropped_when_a_take_fails_or_comes_back_short_first
     state.take_failed()  # the promoter's take fails while the loop waits
     state.woke(True)
     assert state.step() is Step.FAILED and not state.spend_wake()  # it pauses first
+
+
+def test_a_token_spent_on_a_held_take_is_reported_by_the_next_take() -> None:
+    """The take that reported the consumed notify token was held back by the queue's limits
+    and took nothing: the take after the hold reports it, or the job it announced would
+    have its token trimmed twice (one other job's token lost)."""
+    state = TakeState()
+    state.woke(True)
+    state.sent()
+    woken = state.spend_wake()
+    state.took(result(0, held=123), asked=5, landed_before=0, woken=woken)
+    assert state.step() is Step.HELD
+    state.end_hold()
+    assert state.step() is Step.TAKE
+    assert state.spend_wake() is True
+    state.sent()
+    state.took(result(1, held=456), asked=5, landed_before=0, woken=True)  # took one: spent
+    state.end_hold()
+    assert state.spend_wake() is False

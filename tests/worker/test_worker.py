@@ -18,7 +18,7 @@ import aioqueue
 from aioqueue.core import lifecycle
 from aioqueue.core.keys import QueueKeys
 from aioqueue.store.scripts import leasing
-from tests.helpers import counts, drain, run_until_idle, wait_until
+from tests.helpers import counts, drain, now, run_until_idle, wait_until
 
 
 async def error_of(job: aioqueue.Job[Any]) -> aioqueue.JobFailed:
@@ -204,7 +204,10 @@ async def test_handler_ignoring_cancellation_still_times_out(app: aioqueue.App) 
     assert (await error_of(job)).error_type in {"TimeoutError", "HandlerTimeout"}
 
 
-async def test_hanging_sync_handler_is_a_timeout(app: aioqueue.App) -> None:
+async def test_hanging_sync_handler_is_a_timeout(
+    app: aioqueue.App, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Once its thread returns: till then the job stays leased here (see test_threads.py)."""
     unblock = threading.Event()
 
     @app.task(queue="q", timeout=0.2, retries=0)
@@ -214,12 +217,17 @@ async def test_hanging_sync_handler_is_a_timeout(app: aioqueue.App) -> None:
 
     job = await hangs.enqueue()
     try:
-        worker = await run_until_idle(app, lease=1)
+        async with app.worker(lease=1) as worker:
+            await wait_until(lambda: now("passed its 0.2s timeout" in caplog.text))
+            assert await job.status() is aioqueue.JobStatus.ACTIVE
+            unblock.set()
+            await wait_until(lambda: _is_finished(job))
     finally:
-        unblock.set()  # let the abandoned thread end
+        unblock.set()
     assert worker.outcomes == {"bury": 1}
     failed = await error_of(job)
-    assert failed.error_type in {"TimeoutError", "HandlerTimeout"}
+    assert failed.error_type == "HandlerTimeout"
+    assert "thread, which cannot be stopped" in failed.error
 
 
 # -- retries and failure outcomes -----------------------------------------------------------

@@ -14,7 +14,14 @@ until their leases expire and reclaim takes them back); fields u and b are a rat
 start every u microseconds with bursts of up to b, kept by GCRA on the Redis clock (the
 rate key holds the theoretical arrival time, TAT). All in whole microseconds: exact in a
 double (epoch ms with fractions lost a few 1e-4 ms, enough to refuse every start of a
-"3/s" limit). Jobs held back stay in ready, in order.
+"3/s" limit). A start that comes late (a held-back worker's timer, a round trip) keeps its
+place in the schedule, up to LATE_US late in all (the burst's own tolerance counted): the
+next start is due one interval after the late one's due time, not after its arrival, so a
+rate is delivered whatever the workers' lateness (GCRA resets TAT to now: with burst 1
+each late start was lost for good: 2 ms a start cost a 100/s limit 15-19 % of its rate).
+Later than that (a quiet queue), the schedule starts afresh from now, with the burst. Over
+any window, starts never run ahead of the rate by more than the burst or LATE_US's worth,
+whichever is more. Jobs held back stay in ready, in order.
 
 The caller plans the order: it lists priority levels, each with a quota. A first pass takes
 up to each level's quota in that order; a second pass fills what is left in the same
@@ -66,7 +73,8 @@ Returns {now_us, promoted, next_due_ms, held, id_1, payload_1, attempts_1, max_a
 waited_ms_1, id_2, ...}: now_us is the Redis clock in microseconds (so a promoter can sleep
 to the exact due time), next_due_ms the schedule's head after this call (-1 if empty, or
 if not promoting); held says whether the limits kept back jobs that are still ready (0: no;
--1: the concurrency cap; else the Redis-clock ms at which the rate allows the next start);
+-1: the concurrency cap; else the Redis-clock ms at which the rate allows the next start;
+ready jobs count whether or not their notify tokens are left: a woken caller spent one);
 waited_ms how long the job was ready before this take (since field qt, else its enqueue
 time et; -1 if unknown), by the Redis clock.
 ]]
@@ -122,15 +130,19 @@ if promote > 0 then
 end
 
 -- (3) The queue's limits: how many may start now. (TAT: theoretical arrival time.)
+local LATE_US = 20000 -- how late a start may come and keep its place in the rate's schedule
 local limits = limit > 0 and redis.call('HMGET', limits_key, 'c', 'u', 'b') or {}
 local capped_by, interval, burst, tat = 0, tonumber(limits[2]), tonumber(limits[3] or 1), now_us
+local late_us = 0 -- how far in the past a TAT is kept (LATE_US less the burst's tolerance)
 if limits[1] then
   local room = math.max(0, tonumber(limits[1]) - redis.call('ZCARD', active))
   if room < limit then limit, capped_by = room, -1 end
 end
 if interval then -- GCRA: the k-th start now is allowed while tat + (k - 1) * u <= now + tau,
-  -- tau = (burst - 1) * u
-  tat = math.max(tonumber(redis.call('GET', rate_key) or 0), now_us)
+  -- tau = (burst - 1) * u; a TAT at most late_us past keeps its place (see the header)
+  late_us = math.max(0, LATE_US - interval * (burst - 1))
+  local stored = tonumber(redis.call('GET', rate_key) or 0)
+  if stored >= now_us - late_us then tat = stored end
   local allowed = math.max(0, math.floor((now_us + interval * burst - tat) / interval))
   if allowed < limit then limit, capped_by = allowed, 1 end
 end
@@ -195,9 +207,9 @@ if taken > 0 then -- their leases, in one ZADD (all end at the same deadline)
   redis.call('ZADD', active, unpack(leases))
   redis.call('RPUSH', taken_key, unpack(taken_ids))
   redis.call('PEXPIRE', taken_key, lease_ms)
-  if interval then
+  if interval then -- kept while it can still be credited to a late start
     tat = tat + taken * interval
-    local ttl_ms = math.ceil((tat - now_us) / 1000) + 1
+    local ttl_ms = math.max(1, math.ceil((tat + late_us - now_us) / 1000) + 1)
     redis.call('SET', rate_key, string.format('%.0f', tat), 'PX', ttl_ms)
   end
 end
@@ -207,8 +219,15 @@ if taken < limit and every_level then
 elseif popped > woken then
   redis.call('LTRIM', notify, popped - woken, -1)
 end
--- Held back, with jobs still ready (their notify tokens are left): say until when.
-if capped_by ~= 0 and taken == limit and redis.call('LLEN', notify) > 0 then
+-- Held back, with jobs still ready: say until when. (Not by the notify tokens left: the
+-- caller's BLPOP may have spent the only one.)
+local function any_ready()
+  for i = READY, READY + 9 do
+    if redis.call('LLEN', KEYS[i]) > 0 then return true end
+  end
+  return false
+end
+if capped_by ~= 0 and taken == limit and any_ready() then
   if capped_by == -1 then
     out[4] = -1
   else -- the next start is allowed once tat - tau <= now

@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
+from .arguments import decoder_for
 from .backoff import Exponential
 from .errors import ConfigError
 from .handlers import (
@@ -82,6 +83,7 @@ class Registry:
                     f"a queue of its own (queue {options.queue!r} has {other.name!r} and "
                     f"{options.name!r})"
                 )
+        task.decoder = decoder_for(task.fn)  # once: a worker only tests it per job
         self.tasks[options.name] = task
 
     def add_subscriber(self, subscriber: Subscriber) -> None:

@@ -6,8 +6,9 @@ tag, so every key of one queue lives in one slot and every script touches one sl
 Roles:
   ready:<p>   LIST  job ids waiting to run, one list per priority level (0..9)
   notify      LIST  one token per ready job; idle workers BLPOP it
-  skips       STRING how many entries in the ready lists belong to cancelled jobs (take
-              skips them): the true ready count is the lists' length less this
+  skipped     HASH  priority -> how many entries of its ready list belong to cancelled jobs
+              (take skips them): the true ready count of a level is its list's length
+              less this (a level with none has no field)
   wake:<l>:<w> LIST a private wake-up list of one blocking loop (l) of worker w: a token
               ends its BLPOP at once (shutdown) without cancelling a redis-py call
   take:<l>    LIST  ids one take call leased (so a resent take returns the same jobs)
@@ -102,8 +103,8 @@ class QueueKeys:
         return f"{self.base}:notify"
 
     @property
-    def skips(self) -> str:
-        return f"{self.base}:skips"
+    def skipped(self) -> str:
+        return f"{self.base}:skipped"
 
     @property
     def schedule(self) -> str:

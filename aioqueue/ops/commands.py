@@ -134,11 +134,7 @@ async def run_jobs(app: App, args: argparse.Namespace) -> int:
     need_url(app, "jobs")
     queue = app.queue(args.queue)
     jobs = await queue.jobs(args.state, limit=args.limit, offset=args.offset)
-    due = None
-    if args.state == "scheduled":
-        scheduled = await queue.scheduled(limit=args.limit, offset=args.offset)
-        due = {entry.id: entry.due_ms for entry in scheduled}
-    console().print(jobs_table(f"{queue.name}: {args.state}", jobs, due))
+    console().print(jobs_table(f"{queue.name}: {args.state}", jobs, due=args.state == "scheduled"))
     return 0
 
 
@@ -216,20 +212,67 @@ def summary(info: JobInfo) -> str:
     return f"{info.id}\t{info.task or '?'}\tattempts={info.attempts}\t{error}"
 
 
+NOT_KEPT = "(not kept)"
+
+
 def details(info: JobInfo) -> str:
+    """Everything about one job, a field a line; what a finished job did not keep reads
+    "(not kept)", never a value it did not have."""
+    kept = info.record_kept
+    attempts = f"{info.attempts}" + (f" of {info.max_attempts}" if info.max_attempts else "")
     lines = [
         f"id:        {info.id}",
         f"queue:     {info.queue}",
         f"status:    {info.status}",
-        f"task:      {info.task or ('(a batch)' if info.children else None)}",
-        f"args:      {list(info.args)!r}",
-        f"kwargs:    {dict(info.kwargs)!r}",
-        f"attempts:  {info.attempts}" + (f" of {info.max_attempts}" if info.max_attempts else ""),
-        f"priority:  {info.priority}",
-        f"enqueued:  {iso(info.enqueued_at_ms)}",
-        f"started:   {iso(info.started_at_ms)}",
-        f"finished:  {iso(info.finished_at_ms)}",
+        f"task:      {_task(info)}",
+        *_arguments(info),
+        f"attempts:  {attempts if kept else NOT_KEPT}",
+        f"priority:  {NOT_KEPT if info.priority is None else info.priority}",
     ]
+    for name, ms in (("enqueued", info.enqueued_at_ms), ("started", info.started_at_ms)):
+        lines.append(f"{name + ':':<10} {iso(ms) if kept else NOT_KEPT}")
+    lines.append(f"finished:  {iso(info.finished_at_ms) if kept else NOT_KEPT}")
+    if info.due_ms is not None:
+        lines.append(f"due:       {iso(info.due_ms)}")
+    lines += _links(info)
+    if info.progress_raw is not None:
+        lines.append(f"progress:  {_json(info.progress_raw)}")
+    if info.result_raw is not None:
+        lines.append(f"result:    {_json(info.result_raw)}")
+    elif info.status == "complete":
+        lines.append("result:    null")
+    if not kept:
+        lines.append(
+            "kept:      only its id (a job that returns None leaves no record: "
+            "App(keep_payload=True) keeps them)"
+        )
+    if info.error:
+        lines += [f"error:     {info.error.type}: {info.error.message}", info.error.traceback]
+    if info.raw is not None:
+        lines.append(f"raw bytes: {info.raw!r}")
+    return "\n".join(lines)
+
+
+def _task(info: JobInfo) -> str:
+    if info.task is not None:
+        return info.task
+    if info.children:
+        return "(a batch)"
+    if info.raw is not None:
+        return "(not an aioqueue payload: raw bytes below)"
+    return NOT_KEPT
+
+
+def _arguments(info: JobInfo) -> list[str]:
+    if not info.arguments_kept:  # a finished job's payload went (App(keep_payload=True))
+        return [f"args:      {NOT_KEPT}", f"kwargs:    {NOT_KEPT}"]
+    if info.raw is not None and info.task is None:
+        return ["args:      -", "kwargs:    -"]
+    return [f"args:      {list(info.args)!r}", f"kwargs:    {dict(info.kwargs)!r}"]
+
+
+def _links(info: JobInfo) -> list[str]:
+    lines = []
     if info.group is not None:
         lines.append(f"group:     {info.group}")
     if info.parents is not None:
@@ -240,15 +283,7 @@ def details(info: JobInfo) -> str:
             f"children:  {children.total} ({children.pending} pending, "
             f"{children.complete} complete, {children.failed} failed)"
         )
-    if info.progress_raw is not None:
-        lines.append(f"progress:  {_json(info.progress_raw)}")
-    if info.result_raw is not None:
-        lines.append(f"result:    {_json(info.result_raw)}")
-    if info.error:
-        lines += [f"error:     {info.error.type}: {info.error.message}", info.error.traceback]
-    if info.raw is not None:
-        lines.append(f"raw bytes: {info.raw!r}")
-    return "\n".join(lines)
+    return lines
 
 
 def _json(raw: bytes) -> str:

@@ -3,16 +3,18 @@ plain snapshots so that they can be tested without a terminal."""
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
+from ..core.records import utc_moment
+
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Sequence
 
     from ..client.messaging import ChannelInfo
     from ..client.topics import GroupInfo, TopicInfo
@@ -137,16 +139,14 @@ def _ready(counts: QueueCounts) -> str:
     return f"{counts.ready} ({split})"
 
 
-def jobs_table(
-    state: str, jobs: Sequence[JobInfo], due_ms: Mapping[str, int] | None = None
-) -> Table:
-    """A page of jobs: id, task, status, attempts, priority, enqueued (or, with
-    ``due_ms``, when each is due), and the error."""
+def jobs_table(state: str, jobs: Sequence[JobInfo], *, due: bool = False) -> Table:
+    """A page of jobs: id, task, status, attempts, priority, enqueued (or, with ``due``,
+    when each is due), and the error."""
     table = Table(title=f"{state} jobs", title_justify="left")
     table.add_column(
         "id", no_wrap=True, min_width=min(max((len(j.id) for j in jobs), default=2), 40)
     )
-    when = "due (UTC)" if due_ms is not None else "enqueued (UTC)"
+    when = "due (UTC)" if due else "enqueued (UTC)"
     for name in ("task", "status", "tries", "prio", when):
         table.add_column(name, no_wrap=True)
     table.add_column("error", overflow="fold", min_width=10)
@@ -156,16 +156,26 @@ def jobs_table(
             f"{info.attempts}/{info.max_attempts}" if info.max_attempts > 0 else str(info.attempts)
         )
         table.add_row(
-            info.id, info.task or "?", str(info.status), attempts, str(info.priority),
-            _short_time(info.enqueued_at_ms if due_ms is None else due_ms.get(info.id)), error,
+            info.id, info.task or "?", str(info.status), attempts, _or_dash(info.priority),
+            _short_time(info.due_ms if due else info.enqueued_at_ms), error,
         )  # fmt: skip
     return table
 
 
-def _short_time(ms: int | None) -> str:
+def _or_dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def _short_time(ms: float | None) -> str:
     if ms is None:
         return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    moment = utc_moment(ms)
+    return _raw_ms(ms) if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _raw_ms(ms: float) -> str:
+    """A time no date can show (another program's record): the number itself."""
+    return f"{ms:.0f} ms (out of range)" if math.isfinite(ms) else f"{ms} ms (out of range)"
 
 
 def console() -> Console:
@@ -174,8 +184,9 @@ def console() -> Console:
     return out if out.is_terminal else Console(width=200, soft_wrap=True)
 
 
-def iso(ms: int | None) -> str:
-    """Epoch milliseconds as ISO 8601 in UTC (or "-")."""
+def iso(ms: float | None) -> str:
+    """Epoch milliseconds as ISO 8601 in UTC (or "-"; the number, if no date can hold it)."""
     if ms is None:
         return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+    moment = utc_moment(ms)
+    return _raw_ms(ms) if moment is None else moment.isoformat(timespec="milliseconds")

@@ -8,6 +8,7 @@ UTF-8.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -34,15 +35,26 @@ if TYPE_CHECKING:
 async def job_info(
     redis: Redis, keys: QueueKeys, job_id: str, *, span_ms: int = 0
 ) -> JobInfo | None:
-    """The job's record, or None if there is none (never enqueued, or expired). A job
-    that completed with no result has no record, only its id in a done hash: its info is
-    its status."""
-    record = cast("dict[bytes, bytes]", await redis.hgetall(keys.job(job_id)))
+    """The job's record (and, if it is scheduled, its due time), or None if there is none
+    (never enqueued, or expired). A job that completed with no result has no record, only
+    its id in a done hash: its info is its status."""
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.hgetall(keys.job(job_id))
+        pipe.zscore(keys.schedule, job_id)
+        record, due = await pipe.execute()
     if Field.STATE not in record:
         if await _is_done(redis, keys, job_id, span_ms):
-            return JobInfo.from_record(job_id, keys.name, {Field.STATE: b"complete"})
+            return JobInfo.done(job_id, keys.name)
         return None
-    return JobInfo.from_record(job_id, keys.name, record)
+    return JobInfo.from_record(job_id, keys.name, record, due_ms=_due(due))
+
+
+def _due(score: float | None) -> float | None:
+    """A schedule score as epoch ms: an int as aioqueue writes it, or the score itself if
+    no int can hold it (another program's ``inf``), for a view to show as it is."""
+    if score is None:
+        return None
+    return int(score) if math.isfinite(score) else score
 
 
 async def job_status(
@@ -51,7 +63,7 @@ async def job_status(
     """The job's status (one small field), or None if there is no record."""
     raw = cast("bytes | None", await redis.hget(keys.job(job_id), Field.STATE.decode()))
     if raw:
-        return JobStatus(raw.decode())
+        return JobStatus.of(raw)
     return JobStatus.COMPLETE if await _is_done(redis, keys, job_id, span_ms) else None
 
 
@@ -105,30 +117,45 @@ async def scheduled(
         "list[tuple[bytes, float]]",
         await redis.zrange(keys.schedule, offset, offset + limit - 1, withscores=True),
     )
-    return [ScheduledJob(raw.decode("utf-8", "replace"), int(due)) for raw, due in entries]
+    return [ScheduledJob(raw.decode("utf-8", "replace"), _due(due) or 0) for raw, due in entries]
 
 
 async def counts(redis: Redis, keys: QueueKeys) -> QueueCounts:
     """Ready, scheduled, active, dead and waiting jobs (one round trip, one snapshot).
     Ready is what the ready lists hold less the entries of cancelled jobs that take will
-    skip."""
+    skip, per priority level too."""
     async with redis.pipeline(transaction=True) as pipe:
         for key in keys.ready_lists():
             pipe.llen(key)
-        pipe.get(keys.skips)
+        pipe.hgetall(keys.skipped)
         pipe.zcard(keys.schedule)
         pipe.zcard(keys.active)
         pipe.zcard(keys.dead)
         pipe.exists(keys.paused)
         pipe.get(keys.waiting)
         replies = await pipe.execute()
-    *ready, skips, scheduled, active, dead, paused, waiting = replies
-    by_priority = {level: int(n) for level, n in enumerate(ready) if int(n)}
-    listed = sum(by_priority.values())
+    *lengths, skipped, scheduled, active, dead, paused, waiting = replies
+    by_priority = _live(lengths, skipped)
     return QueueCounts(
-        max(0, listed - int(skips or 0)), int(scheduled), int(active), int(dead), by_priority,
+        sum(by_priority.values()), int(scheduled), int(active), int(dead), by_priority,
         paused=bool(paused), waiting=max(0, int(waiting or 0)),
     )  # fmt: skip
+
+
+def _live(lengths: list[int], skipped: dict[bytes, bytes]) -> dict[int, int]:
+    """Ready jobs per priority level (levels with none left out): each list's length less
+    the entries of cancelled jobs in it (the ``skipped`` hash: level -> entries)."""
+    stale = _stale(skipped)
+    live = {level: int(n) - stale.get(level, 0) for level, n in enumerate(lengths)}
+    return {level: n for level, n in live.items() if n > 0}
+
+
+def _stale(skipped: dict[bytes, bytes]) -> dict[int, int]:
+    stale: dict[int, int] = {}
+    for level, n in skipped.items():
+        if level.isdigit() and n.lstrip(b"-").isdigit() and int(n) > 0:
+            stale[int(level)] = int(n)
+    return stale
 
 
 async def job_ids(redis: Redis, keys: QueueKeys, *, batch: int) -> AsyncIterator[list[bytes]]:
@@ -165,54 +192,94 @@ async def jobs(
 ) -> list[JobInfo]:
     """A page of the jobs in one place, with their records: ready ones in the order
     they will be taken (highest priority first, FIFO within one), scheduled ones by due
-    time, active ones by lease deadline, dead ones oldest first. Two or three round
-    trips. Offsets count entries: one whose job moved on meanwhile, or a cancelled job's
-    ready entry that take has yet to skip, is left out, so a page may come up short."""
+    time (with it), active ones by lease deadline, dead ones oldest first. A few round
+    trips, no scan. Offsets count jobs: the ready entry of a cancelled job, which take has
+    yet to skip, is neither listed nor counted, so a page is full unless the listing ends
+    there (or a job moved on between the reads)."""
     if state == "dead":
         return await dead_jobs(redis, keys, limit=limit, offset=offset)
+    due: dict[bytes, float | None] = {}
     if state in ("scheduled", "active"):
         key = keys.schedule if state == "scheduled" else keys.active
-        raw_ids = cast("list[bytes]", await redis.zrange(key, offset, offset + limit - 1))
+        entries = cast(
+            "list[tuple[bytes, float]]",
+            await redis.zrange(key, offset, offset + limit - 1, withscores=True),
+        )
+        raw_ids = [job_id for job_id, _ in entries]
+        if state == "scheduled":
+            due = {job_id: _due(score) for job_id, score in entries}
         expected = JobStatus.SCHEDULED if state == "scheduled" else JobStatus.ACTIVE
     elif state == "ready":
         raw_ids = await _ready_ids(redis, keys, limit=limit, offset=offset)
         expected = JobStatus.QUEUED
     else:
         raise ValueError(f"state must be one of {', '.join(LISTED_STATES)}, not {state!r}")
-    return [info for info in await _records(redis, keys, raw_ids) if info.status is expected]
+    listed = await _records(redis, keys, raw_ids, due)
+    return [info for info in listed if info.status is expected]
 
 
 async def _ready_ids(redis: Redis, keys: QueueKeys, *, limit: int, offset: int) -> list[bytes]:
-    """Ids on the ready lists from ``offset``, highest priority first (two round trips)."""
+    """Ids of queued jobs on the ready lists from the ``offset``-th, highest priority
+    first. A level without cancelled entries is read where the page falls; one with some
+    (``skipped``) from its head to the page, as they may be anywhere in it."""
     lists = list(reversed(keys.ready_lists()))  # take visits 9..0 (strict order)
     async with redis.pipeline(transaction=False) as pipe:
         for key in lists:
             pipe.llen(key)
-        lengths = [int(n) for n in await pipe.execute()]
+        pipe.hgetall(keys.skipped)
+        *lengths, skipped = await pipe.execute()
+    stale, slices = _stale(skipped), []
+    skip, want = offset, limit
+    for level, key, length in zip(range(9, -1, -1), lists, lengths, strict=True):
+        extra = stale.get(level, 0)
+        live = max(0, int(length) - extra)
+        if want <= 0 or skip >= live:
+            skip -= min(skip, live)
+            continue
+        take = min(want, live - skip)
+        if extra:  # from the head: of the queued jobs there, pass over `skip`, keep `take`
+            slices.append((key, 0, skip + take + extra - 1, skip, take))
+        else:
+            slices.append((key, skip, skip + take - 1, 0, take))
+        want, skip = want - take, 0
     async with redis.pipeline(transaction=False) as pipe:
-        skip, want = offset, limit
-        for key, length in zip(lists, lengths, strict=True):
-            if want <= 0:
-                break
-            if skip >= length:
-                skip -= length
-                continue
-            pipe.lrange(key, skip, skip + want - 1)
-            want -= min(want, length - skip)
-            skip = 0
+        for key, start, stop, _, _ in slices:
+            pipe.lrange(key, start, stop)
         pages = cast("list[list[bytes]]", await pipe.execute())
-    return [job_id for page in pages for job_id in page]
+    found: list[bytes] = []
+    for (_, start, stop, drop, take), page in zip(slices, pages, strict=True):
+        read_all = stop - start + 1 > take  # a level with cancelled entries
+        found += (await _queued(redis, keys, page))[drop : drop + take] if read_all else page
+    return found
 
 
-async def _records(redis: Redis, keys: QueueKeys, raw_ids: list[bytes]) -> list[JobInfo]:
-    """The records of these ids (one round trip); ids without a record are left out."""
+async def _queued(redis: Redis, keys: QueueKeys, ids: list[bytes]) -> list[bytes]:
+    """Those of ``ids`` whose job is queued (one round trip: their state fields)."""
+    prefix = keys.job_prefix.encode()
+    async with redis.pipeline(transaction=False) as pipe:
+        for job_id in ids:
+            pipe.hget(prefix + job_id, Field.STATE.decode())
+        states = cast("list[bytes | None]", await pipe.execute())
+    return [job_id for job_id, state in zip(ids, states, strict=True) if state == b"queued"]
+
+
+async def _records(
+    redis: Redis,
+    keys: QueueKeys,
+    raw_ids: list[bytes],
+    due: dict[bytes, float | None] | None = None,
+) -> list[JobInfo]:
+    """The records of these ids (one round trip), with their due times from ``due``;
+    ids without a record are left out."""
     prefix = keys.job_prefix.encode()
     async with redis.pipeline(transaction=False) as pipe:
         for raw in raw_ids:
             pipe.hgetall(prefix + raw)
         records = cast("list[dict[bytes, bytes]]", await pipe.execute())
     return [
-        JobInfo.from_record(raw.decode("utf-8", "replace"), keys.name, record)
+        JobInfo.from_record(
+            raw.decode("utf-8", "replace"), keys.name, record, due_ms=(due or {}).get(raw)
+        )
         for raw, record in zip(raw_ids, records, strict=True)
         if Field.STATE in record
     ]

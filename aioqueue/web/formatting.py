@@ -6,10 +6,12 @@ they return is plain text: the templates escape it (autoescape is on).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import math
 from typing import TYPE_CHECKING, Any
 
 import orjson
+
+from ..core.records import utc_moment
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -20,10 +22,13 @@ PREVIEW_CHARS = 120
 
 
 def iso(ms: float | None) -> str:
-    """Epoch milliseconds as ISO 8601 in UTC (``2025-01-31T09:30:00.250Z``); "" for None."""
+    """Epoch milliseconds as ISO 8601 in UTC (``2025-01-31T09:30:00.250Z``); "" for None;
+    the number itself when no date can hold it (a record another program wrote)."""
     if ms is None:
         return ""
-    moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    moment = utc_moment(ms)
+    if moment is None:
+        return f"{ms:.0f} ms" if math.isfinite(ms) else f"{ms} ms"
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -49,7 +54,7 @@ def span(ms: float) -> str:
 
 def relative(ms: float | None, now_ms: float) -> str:
     """``12 s ago`` or ``in 4 min`` (by this host's clock); "" for None."""
-    if ms is None:
+    if ms is None or utc_moment(ms) is None:  # no date: iso() shows the number
         return ""
     delta = ms - now_ms
     if abs(delta) < 1000:

@@ -92,7 +92,6 @@ class Listing:
     pages: int
     first: int  # 1-based position of the first row shown
     chart: Chart
-    due: dict[str, int] = field(default_factory=dict)  # scheduled jobs: due time, epoch ms
     limits: QueueLimits = field(default_factory=QueueLimits)  # the queue's set_limits
 
     @property
@@ -101,23 +100,19 @@ class Listing:
 
 
 async def listing(queue: Queue, state: State, page: int, page_size: int) -> Listing:
-    """A page of jobs (and, for scheduled ones, when each is due), with the counts of
-    every state for the tabs and the queue's chart."""
+    """A page of jobs (scheduled ones with when each is due), with the counts of every
+    state for the tabs and the queue's chart."""
     offset = (page - 1) * page_size
-    due: dict[str, int] = {}
     counts, jobs, history, limits = await asyncio.gather(
         queue.counts(),
         queue.jobs(state, limit=page_size, offset=offset),
         queue.history(minutes=HISTORY_MINUTES),
         queue.limits(),
     )
-    if state == "scheduled":
-        entries = await queue.scheduled(limit=page_size, offset=offset)
-        due = {entry.id: entry.due_ms for entry in entries}
     total = int(getattr(counts, state))
     pages = max(1, math.ceil(total / page_size))
     return Listing(
-        queue.name, state, counts, jobs, page, pages, offset + 1, throughput(history), due, limits
+        queue.name, state, counts, jobs, page, pages, offset + 1, throughput(history), limits
     )
 
 

@@ -25,7 +25,8 @@ ARGV[2] kept_ms        how long a complete job with no result (None) is remember
                        idempotency window of its id. Its record goes, its id is kept in a
                        done hash (include/done.lua); 0 keeps nothing
 ARGV[3] keep_payload   1: a complete record keeps its payload; 0: it keeps only its state,
-                       attempts, times and result (the payload is most of a record)
+                       attempts, times, result, priority and task name (field t, read
+                       from the payload, which is most of a record)
 ARGV[4] history_ms     how long per-minute outcome counts are kept (0: none are)
 ARGV[5] settled_channel  the queue's settled channel: finished ids are announced there
                        (include/settled.lua); '' announces nothing
@@ -81,30 +82,45 @@ local L = links_context(LINKS, {
 local CODE = {complete = 'c', retry = 'r', bury = 'd', fail = 'f', abort = 'x'}
 local FINAL = {complete = true, bury = true, fail = true, abort = true, expire = true}
 
+-- The task's name in a payload: orjson writes it first ({"t":"name",...}); a payload
+-- another client wrote may put it elsewhere (or not be JSON: then there is none).
+local function task_name(payload)
+  if not payload then return nil end
+  local name = string.match(payload, '^{"t":"([^"\\]*)"')
+  if name then return name end
+  local ok, body = pcall(cjson.decode, payload)
+  if ok and type(body) == 'table' and type(body.t) == 'string' then return body.t end
+  return nil
+end
+
 local function finish(key, state, field, data)
   redis.call('HSET', key, 's', state, field, data, 'ft', now)
   expire_record(key, result_ttl_ms)
 end
 
--- A complete job keeps what its status, result and id's idempotency need: with a result,
--- a record without the payload (unless asked to keep it), the priority or a retry's
--- error, but with its lease owner (so that a resent ack finds it settled); with none, no
--- record, only its id in a done hash (a workflow's parent keeps its record: its children's
--- counts stay readable). Failed and dead ones keep everything.
+-- A complete job keeps what its status, result and id's idempotency need, and what names
+-- it: with a result, a record without the payload (unless asked to keep it) but with its
+-- task's name (field t, a few bytes: the payload is most of a record) and priority, its
+-- lease owner (so that a resent ack finds it settled) and not a retry's error; with none,
+-- no record, only its id in a done hash (a workflow's parent keeps its record: its
+-- children's counts stay readable). Failed and dead ones keep everything.
 local function complete(id, key, data, parent)
   if data == 'null' and keep_payload ~= '1' and not parent then
     redis.call('DEL', key)
     if kept_ms > 0 then mark_done(marks, done_prefix, id, now, kept_ms) end
     return
   end
-  redis.call('HDEL', key, 'pr', 'e')
-  if keep_payload ~= '1' then redis.call('HDEL', key, 'p') end
-  if data == 'null' then
-    redis.call('HSET', key, 's', 'complete', 'ft', now)
-    expire_record(key, kept_ms)
+  local fields = {'s', 'complete', 'ft', now}
+  if keep_payload ~= '1' then
+    local task = task_name(redis.call('HGET', key, 'p'))
+    if task then fields[#fields + 1], fields[#fields + 2] = 't', task end
+    redis.call('HDEL', key, 'p', 'e')
   else
-    finish(key, 'complete', 'r', data)
+    redis.call('HDEL', key, 'e')
   end
+  if data ~= 'null' then fields[#fields + 1], fields[#fields + 2] = 'r', data end
+  redis.call('HSET', key, unpack(fields))
+  expire_record(key, data == 'null' and kept_ms or result_ttl_ms)
 end
 
 local function ready_list(key)

@@ -284,6 +284,41 @@ class MinuteCounts:
         """Attempts that failed, whatever came next."""
         return self.retried + self.failed + self.dead
 
+    @property
+    def failed_for_good(self) -> int:
+        """Jobs that failed and will not run again: dead or failed (retries are not)."""
+        return self.failed + self.dead
+
+
+@dataclass(frozen=True, slots=True)
+class RecentCounts:
+    """What ended in the last 60 seconds, by outcome: the one definition ``aioqueue info``
+    (per second) and the dashboard (per minute) show. Estimated from the per-minute
+    counts: the current minute's, plus the previous minute's in proportion to how much
+    of it the 60 seconds still cover."""
+
+    complete: float
+    failed: float  # failed for good: dead, or failed (retries are not failures for good)
+    retried: float  # attempts that failed and will run again
+    cancelled: float
+
+    @classmethod
+    def of(cls, history: Sequence[MinuteCounts], now_ms: int) -> RecentCounts:
+        """From ``history`` (oldest first, the current minute last) at ``now_ms``."""
+        if not history:
+            return cls(0.0, 0.0, 0.0, 0.0)
+        current = history[-1]
+        into = min(max((now_ms - current.minute_ms) / 60_000, 0.0), 1.0)
+        weighted = [(current, 1.0)]
+        if len(history) > 1:
+            weighted.append((history[-2], 1.0 - into))
+        return cls(
+            sum(m.complete * w for m, w in weighted),
+            sum(m.failed_for_good * w for m, w in weighted),
+            sum(m.retried * w for m, w in weighted),
+            sum(m.cancelled * w for m, w in weighted),
+        )
+
 
 HISTORY_CODES = {b"c": "complete", b"r": "retried", b"f": "failed", b"d": "dead", b"x": "cancelled"}
 """The field codes of the history hashes (lua/include/history.lua)."""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from ..core.records import utc_moment
+from ..core.records import RecentCounts, utc_moment
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -33,30 +33,27 @@ class QueueSnapshot:
     limits: QueueLimits | None = None
 
     def per_second(self, field: str, now_ms: int | None = None) -> float:
-        """The rate of an outcome over the last minute: this minute's count, plus the
-        previous minute's weighted by how much of it the last 60 s still cover."""
-        if not self.history:
-            return 0.0
-        current = self.history[-1]
+        """The rate of an outcome (complete, failed: for good, retried, cancelled) over
+        the last 60 s (``RecentCounts``: the dashboard's per-minute figures, per second)."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        into = min(max((now_ms - current.minute_ms) / 60_000, 0.0), 1.0)
-        total = float(_count(current, field))
-        if len(self.history) > 1:
-            total += _count(self.history[-2], field) * (1.0 - into)
-        return total / 60.0
+        return float(getattr(RecentCounts.of(self.history, now_ms), field)) / 60.0
 
 
-def _count(minute: MinuteCounts, field: str) -> int:
-    return minute.failures if field == "failures" else int(getattr(minute, field))
+RATES_CAPTION = (
+    "done/s, fail/s (failed for good: dead or failed) and retry/s (attempts that will run "
+    "again): the last 60 s"
+)
 
 
 def info_table(queues: Sequence[QueueSnapshot], *, now_ms: int | None = None) -> Table:
-    """Per queue: ready (by priority), scheduled, active, dead, completed and failed per
-    second over the last minute, live workers and the jobs they run; a paused or limited
-    queue's name says so, and how many of its jobs wait (for their group or children)."""
-    table = Table(title="aioqueue", title_justify="left")
+    """Per queue: ready (by priority), scheduled, active, dead, completed, failed for good
+    and retried per second over the last 60 s, live workers and the jobs they run; a paused
+    or limited queue's name says so, and how many of its jobs wait (for their group or
+    children)."""
+    table = Table(title="aioqueue", title_justify="left", caption=RATES_CAPTION)
+    table.caption_justify = "left"
     table.add_column("queue", no_wrap=True, min_width=max((len(q.name) for q in queues), default=5))
-    for name in ("ready", "sched", "active", "dead", "done/s", "fail/s", "workers"):
+    for name in ("ready", "sched", "active", "dead", "done/s", "fail/s", "retry/s", "workers"):
         table.add_column(name, justify="right", no_wrap=True)
     for queue in queues:
         counts = queue.counts
@@ -68,7 +65,8 @@ def info_table(queues: Sequence[QueueSnapshot], *, now_ms: int | None = None) ->
             str(counts.active),
             f"[red]{counts.dead}[/red]" if counts.dead else "0",
             f"{queue.per_second('complete', now_ms):.2f}",
-            f"{queue.per_second('failures', now_ms):.2f}",
+            f"{queue.per_second('failed', now_ms):.2f}",
+            f"{queue.per_second('retried', now_ms):.2f}",
             f"{len(queue.workers)} ({running} running)" if queue.workers else "[red]none[/red]",
         )
     return table

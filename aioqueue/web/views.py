@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..core.limits import QueueLimits
+from ..core.records import RecentCounts
 from .chart import Chart, merge, throughput
 
 if TYPE_CHECKING:
@@ -29,17 +31,14 @@ HISTORY_MINUTES = 60
 
 @dataclass(frozen=True, slots=True)
 class QueueSummary:
-    """One queue on the overview: its counts, its last hour, its live workers."""
+    """One queue on the overview: its counts, its last hour, its live workers, and what
+    ended in the last 60 s (``RecentCounts``: what ``aioqueue info`` shows per second)."""
 
     name: str
     counts: QueueCounts
     history: Sequence[MinuteCounts]
     workers: Sequence[dict[str, Any]]
-
-    @property
-    def last_minute(self) -> MinuteCounts | None:
-        """The last full minute (the current one is still counting)."""
-        return self.history[-2] if len(self.history) >= 2 else None
+    recent: RecentCounts
 
     @property
     def hour_complete(self) -> int:
@@ -47,7 +46,12 @@ class QueueSummary:
 
     @property
     def hour_failed(self) -> int:
-        return sum(minute.failures for minute in self.history)
+        """Failed for good in the last hour (retries are counted apart)."""
+        return sum(minute.failed_for_good for minute in self.history)
+
+    @property
+    def hour_retried(self) -> int:
+        return sum(minute.retried for minute in self.history)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +68,8 @@ async def summarize(queue: Queue) -> QueueSummary:
     counts, history, workers = await asyncio.gather(
         queue.counts(), queue.history(minutes=HISTORY_MINUTES), queue.workers()
     )
-    return QueueSummary(queue.name, counts, history, workers)
+    recent = RecentCounts.of(history, int(time.time() * 1000))
+    return QueueSummary(queue.name, counts, history, workers, recent)
 
 
 async def overview(app: App, names: Sequence[str]) -> Overview:

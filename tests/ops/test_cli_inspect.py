@@ -36,8 +36,10 @@ async def test_info_shows_each_queue_with_its_counts_and_rates(
     cells = [cell.strip() for cell in row.strip("│ ").split("│")]
     assert cells[:5] == ["default", "3 (p9:1 p1:2)", "1", "0", "1"]
     assert float(cells[5]) > 0  # two completed within the last minute
-    assert float(cells[6]) > 0  # and one failure
-    assert cells[7] == "none"  # the burst worker is gone
+    assert float(cells[6]) > 0  # and one failed for good (no retries)
+    assert float(cells[7]) == 0  # no retry
+    assert cells[8] == "none"  # the burst worker is gone
+    assert "fail/s (failed for good" in out  # what each rate means, on screen
     await producer.close()
 
 

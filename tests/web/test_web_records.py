@@ -4,6 +4,7 @@ another program's ``inf``) is shown as its number, never a bare 500."""
 
 from __future__ import annotations
 
+import re
 from html import unescape
 
 from redis.asyncio import Redis
@@ -52,3 +53,28 @@ async def test_a_finished_job_says_what_it_kept(app: aioqueue.App) -> None:
         page = unescape((await http.get("/job", params={"queue": "emails", "id": gone.id})).text)
         assert page.count("(not kept)") >= 6 and "keeps only its id" in page
         assert '<dd id="priority">0</dd>' not in page
+
+
+async def test_rates_are_the_last_sixty_seconds_and_retries_are_apart(app: aioqueue.App) -> None:
+    """Right after a burst the overview's per-minute figures show it (the last 60 s, as
+    ``aioqueue info`` does per second, not the last full minute, which reads 0), and a
+    retried attempt is not a failure for good."""
+    attempts: dict[int, int] = {}
+
+    @app.task(queue="emails", retries=1, backoff=aioqueue.Fixed(0))
+    async def flaky(n: int) -> None:
+        attempts[n] = attempts.get(n, 0) + 1
+        if n < 0 or attempts[n] == 1:
+            raise RuntimeError("try again")
+
+    for n in range(-1, 20):
+        await flaky.enqueue(n)
+    await run_until_idle(app, queues=["emails"])
+    async with client_for(create_dashboard(app)) as http:
+        page = (await http.get("/")).text
+    row = page[page.index('data-queue="emails"') :]
+    rates = dict(re.findall(r'data-rate="(\w+)">(\d+)<', row))
+    assert int(rates["complete"]) >= 19  # 20 (19 if the minute turned just now)
+    assert rates["failed"] == "1"  # the one that died, not its retry
+    assert int(rates["retried"]) >= 20
+    assert "failed for good" in page

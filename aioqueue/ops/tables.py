@@ -1,5 +1,6 @@
-"""What ``aioqueue info`` and ``aioqueue jobs`` print: readable tables (rich), built from
-plain snapshots so that they can be tested without a terminal."""
+"""What ``aioqueue info``, ``aioqueue jobs``, ``job show`` and ``dead ls`` print: readable
+tables (rich) and lines, built from plain values so that they can be tested without a
+terminal."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from rich.console import Console
 from rich.table import Table
 
@@ -176,10 +178,17 @@ def _raw_ms(ms: float) -> str:
     return f"{ms:.0f} ms (out of range)" if math.isfinite(ms) else f"{ms} ms (out of range)"
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """The reader went away (``| head``): the CLI stops quietly, as it does for a
+        plain line (rich's own handling exits with status 1)."""
+        raise BrokenPipeError
+
+
 def console() -> Console:
     """stdout: as wide as the terminal, or wide enough not to wrap rows in a pipe."""
-    out = Console()
-    return out if out.is_terminal else Console(width=200, soft_wrap=True)
+    out = _Console()
+    return out if out.is_terminal else _Console(width=200, soft_wrap=True)
 
 
 def iso(ms: float | None) -> str:
@@ -188,3 +197,91 @@ def iso(ms: float | None) -> str:
         return "-"
     moment = utc_moment(ms)
     return _raw_ms(ms) if moment is None else moment.isoformat(timespec="milliseconds")
+
+
+def summary(info: JobInfo, *, queue: bool = False) -> str:
+    """A dead job on one line, tab-separated (with ``queue``: its queue first)."""
+    error = f"{info.error.type}: {info.error.message}" if info.error else ""
+    line = f"{info.id}\t{info.task or '?'}\tattempts={info.attempts}\t{error}"
+    return f"{info.queue}\t{line}" if queue else line
+
+
+NOT_KEPT = "(not kept)"
+
+
+def details(info: JobInfo) -> str:
+    """Everything about one job, a field a line; what a finished job did not keep reads
+    "(not kept)", never a value it did not have."""
+    kept = info.record_kept
+    attempts = f"{info.attempts}" + (f" of {info.max_attempts}" if info.max_attempts else "")
+    lines = [
+        f"id:        {info.id}",
+        f"queue:     {info.queue}",
+        f"status:    {info.status}",
+        f"task:      {_task(info)}",
+        *_arguments(info),
+        f"attempts:  {attempts if kept else NOT_KEPT}",
+        f"priority:  {NOT_KEPT if info.priority is None else info.priority}",
+    ]
+    for name, ms in (("enqueued", info.enqueued_at_ms), ("started", info.started_at_ms)):
+        lines.append(f"{name + ':':<10} {iso(ms) if kept else NOT_KEPT}")
+    lines.append(f"finished:  {iso(info.finished_at_ms) if kept else NOT_KEPT}")
+    if info.due_ms is not None:
+        lines.append(f"due:       {iso(info.due_ms)}")
+    lines += _links(info)
+    if info.progress_raw is not None:
+        lines.append(f"progress:  {_json(info.progress_raw)}")
+    if info.result_raw is not None:
+        lines.append(f"result:    {_json(info.result_raw)}")
+    elif info.status == "complete":
+        lines.append("result:    null")
+    if not kept:
+        lines.append(
+            "kept:      only its id (a job that returns None leaves no record: "
+            "App(keep_payload=True) keeps them)"
+        )
+    if info.error:
+        lines += [f"error:     {info.error.type}: {info.error.message}", info.error.traceback]
+    if info.raw is not None:
+        lines.append(f"raw bytes: {info.raw!r}")
+    return "\n".join(lines)
+
+
+def _task(info: JobInfo) -> str:
+    if info.task is not None:
+        return info.task
+    if info.children:
+        return "(a batch)"
+    if info.raw is not None:
+        return "(not an aioqueue payload: raw bytes below)"
+    return NOT_KEPT
+
+
+def _arguments(info: JobInfo) -> list[str]:
+    if not info.arguments_kept:  # a finished job's payload went (App(keep_payload=True))
+        return [f"args:      {NOT_KEPT}", f"kwargs:    {NOT_KEPT}"]
+    if info.raw is not None and info.task is None:
+        return ["args:      -", "kwargs:    -"]
+    return [f"args:      {list(info.args)!r}", f"kwargs:    {dict(info.kwargs)!r}"]
+
+
+def _links(info: JobInfo) -> list[str]:
+    lines = []
+    if info.group is not None:
+        lines.append(f"group:     {info.group}")
+    if info.parents is not None:
+        where = f" (queue {info.parent_queue})" if info.parent_queue else ""
+        lines.append(f"parents:   {info.parents}{where}")
+    if (children := info.children) is not None:
+        lines.append(
+            f"children:  {children.total} ({children.pending} pending, "
+            f"{children.complete} complete, {children.failed} failed)"
+        )
+    return lines
+
+
+def _json(raw: bytes) -> str:
+    try:
+        return orjson.dumps(orjson.loads(raw)).decode()
+    except orjson.JSONDecodeError:
+        return repr(raw)

@@ -325,8 +325,8 @@ def failed(taken: Taken, task: Handler[..., Any], exc: BaseException) -> Settlem
         else:
             delay = task.options.backoff(taken.attempts)
         logger.info(
-            "job %s (%s) attempt %d/%d failed: %s; retry in %.3fs",
-            taken.job_id, task.name, taken.attempts, max_attempts, describe(exc), delay,
+            "job %s (%s) attempt %d/%d failed, retry in %.3fs: %s",
+            taken.job_id, task.name, taken.attempts, max_attempts, delay, describe(exc),
         )  # fmt: skip
         return Settlement(taken.id, taken.lease, "retry", error, max(0, int(delay * 1000)))
     logger.warning(

@@ -109,7 +109,7 @@ async def test_job_show_and_cancel(cli_env: dict[str, str], producer: aioqueue.A
     assert code == 1 and "is cancelled: nothing to cancel" in out
 
     code, _, err = await run_cli(["job", "show", TARGET, "nope"], env=cli_env)
-    assert code == 2 and "no job 'nope' in queue 'default'" in err
+    assert code == 2 and "no job 'nope' in any queue of the app (default)" in err
     assert "Traceback" not in err
     await producer.close()
 

@@ -20,6 +20,8 @@ Roles:
   schedule:wake LIST at most one token; wakes a poller when an earlier job is scheduled
   active      ZSET  job id -> lease deadline (ms, Redis clock)
   dead        ZSET  job id -> time it was buried (ms)
+  completed   ZSET  job id -> time it finished (ms): the newest 1,000 complete jobs that keep
+              a record (a result), for the listings (ack.lua)
   paused      STRING set while the queue is paused: take.lua leases nothing
   limits      HASH  flow control: c (most jobs leased at once), i (ms between starts), b (burst)
   rate        STRING the rate limit's theoretical arrival time (µs), kept by take.lua
@@ -179,6 +181,11 @@ class QueueKeys:
     def links(self) -> list[str]:
         """The keys of include/links.lua, in the order the scripts declare them."""
         return [self.groups, self.group_prefix, self.inputs_prefix, self.handoff, self.waiting]
+
+    @property
+    def completed(self) -> str:
+        """ZSET: job id -> finished (ms), the newest complete jobs that keep a record."""
+        return f"{self.base}:completed"
 
     @property
     def rate(self) -> str:

@@ -332,8 +332,20 @@ class QueueCounts:
     scheduled: int
     active: int
     dead: int
-    # ready-list entries per priority level (levels with none left out); these include
-    # the entries of cancelled jobs that take has yet to skip, which ``ready`` does not
+    # ready jobs per priority level (levels with none left out; like ``ready``, without
+    # the entries of cancelled jobs that take has yet to skip)
     ready_by_priority: Mapping[int, int] = field(default_factory=dict, compare=False)
     paused: bool = False  # workers take nothing from it (``queue.pause()``)
     waiting: int = 0  # behind their group, or for their children (groups, workflows)
+    # complete jobs listed: the newest that keep a record (a result), at most 1,000
+    complete: int = field(default=0, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """A page of jobs picked by what they are (``Queue.find_jobs``): found by walking a
+    list in order, up to a number of its entries."""
+
+    jobs: Sequence[JobInfo]
+    scanned: int  # entries of the list read to find them
+    exhausted: bool  # the list was read to its end (else a match may lie beyond the scan)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ..core.ids import done_slot
 from ..core.keys import ChannelKeys, QueueKeys, TopicKeys, channels_registry
@@ -46,10 +46,10 @@ async def job_info(
         if await _is_done(redis, keys, job_id, span_ms):
             return JobInfo.done(job_id, keys.name)
         return None
-    return JobInfo.from_record(job_id, keys.name, record, due_ms=_due(due))
+    return JobInfo.from_record(job_id, keys.name, record, due_ms=score_ms(due))
 
 
-def _due(score: float | None) -> float | None:
+def score_ms(score: float | None) -> float | None:
     """A schedule score as epoch ms: an int as aioqueue writes it, or the score itself if
     no int can hold it (another program's ``inf``), for a view to show as it is."""
     if score is None:
@@ -117,7 +117,9 @@ async def scheduled(
         "list[tuple[bytes, float]]",
         await redis.zrange(keys.schedule, offset, offset + limit - 1, withscores=True),
     )
-    return [ScheduledJob(raw.decode("utf-8", "replace"), _due(due) or 0) for raw, due in entries]
+    return [
+        ScheduledJob(raw.decode("utf-8", "replace"), score_ms(due) or 0) for raw, due in entries
+    ]
 
 
 async def counts(redis: Redis, keys: QueueKeys) -> QueueCounts:
@@ -133,24 +135,25 @@ async def counts(redis: Redis, keys: QueueKeys) -> QueueCounts:
         pipe.zcard(keys.dead)
         pipe.exists(keys.paused)
         pipe.get(keys.waiting)
+        pipe.zcard(keys.completed)
         replies = await pipe.execute()
-    *lengths, skipped, scheduled, active, dead, paused, waiting = replies
+    *lengths, skipped, scheduled, active, dead, paused, waiting, complete = replies
     by_priority = _live(lengths, skipped)
     return QueueCounts(
         sum(by_priority.values()), int(scheduled), int(active), int(dead), by_priority,
-        paused=bool(paused), waiting=max(0, int(waiting or 0)),
+        paused=bool(paused), waiting=max(0, int(waiting or 0)), complete=int(complete),
     )  # fmt: skip
 
 
 def _live(lengths: list[int], skipped: dict[bytes, bytes]) -> dict[int, int]:
     """Ready jobs per priority level (levels with none left out): each list's length less
     the entries of cancelled jobs in it (the ``skipped`` hash: level -> entries)."""
-    stale = _stale(skipped)
+    stale = stale_entries(skipped)
     live = {level: int(n) - stale.get(level, 0) for level, n in enumerate(lengths)}
     return {level: n for level, n in live.items() if n > 0}
 
 
-def _stale(skipped: dict[bytes, bytes]) -> dict[int, int]:
+def stale_entries(skipped: dict[bytes, bytes]) -> dict[int, int]:
     stale: dict[int, int] = {}
     for level, n in skipped.items():
         if level.isdigit() and n.lstrip(b"-").isdigit() and int(n) > 0:
@@ -177,93 +180,7 @@ def _glob_escape(text: bytes) -> bytes:
     return re.sub(rb"([*?\[\]\\])", rb"\\\1", text)
 
 
-async def dead_jobs(redis: Redis, keys: QueueKeys, *, limit: int, offset: int) -> list[JobInfo]:
-    """Dead jobs, oldest first, with their records (two round trips)."""
-    raw_ids = cast("list[bytes]", await redis.zrange(keys.dead, offset, offset + limit - 1))
-    return await _records(redis, keys, raw_ids)
-
-
-ListedState = Literal["ready", "scheduled", "active", "dead"]
-LISTED_STATES: tuple[ListedState, ...] = ("ready", "scheduled", "active", "dead")
-
-
-async def jobs(
-    redis: Redis, keys: QueueKeys, state: ListedState, *, limit: int, offset: int
-) -> list[JobInfo]:
-    """A page of the jobs in one place, with their records: ready ones in the order
-    they will be taken (highest priority first, FIFO within one), scheduled ones by due
-    time (with it), active ones by lease deadline, dead ones oldest first. A few round
-    trips, no scan. Offsets count jobs: the ready entry of a cancelled job, which take has
-    yet to skip, is neither listed nor counted, so a page is full unless the listing ends
-    there (or a job moved on between the reads)."""
-    if state == "dead":
-        return await dead_jobs(redis, keys, limit=limit, offset=offset)
-    due: dict[bytes, float | None] = {}
-    if state in ("scheduled", "active"):
-        key = keys.schedule if state == "scheduled" else keys.active
-        entries = cast(
-            "list[tuple[bytes, float]]",
-            await redis.zrange(key, offset, offset + limit - 1, withscores=True),
-        )
-        raw_ids = [job_id for job_id, _ in entries]
-        if state == "scheduled":
-            due = {job_id: _due(score) for job_id, score in entries}
-        expected = JobStatus.SCHEDULED if state == "scheduled" else JobStatus.ACTIVE
-    elif state == "ready":
-        raw_ids = await _ready_ids(redis, keys, limit=limit, offset=offset)
-        expected = JobStatus.QUEUED
-    else:
-        raise ValueError(f"state must be one of {', '.join(LISTED_STATES)}, not {state!r}")
-    listed = await _records(redis, keys, raw_ids, due)
-    return [info for info in listed if info.status is expected]
-
-
-async def _ready_ids(redis: Redis, keys: QueueKeys, *, limit: int, offset: int) -> list[bytes]:
-    """Ids of queued jobs on the ready lists from the ``offset``-th, highest priority
-    first. A level without cancelled entries is read where the page falls; one with some
-    (``skipped``) from its head to the page, as they may be anywhere in it."""
-    lists = list(reversed(keys.ready_lists()))  # take visits 9..0 (strict order)
-    async with redis.pipeline(transaction=False) as pipe:
-        for key in lists:
-            pipe.llen(key)
-        pipe.hgetall(keys.skipped)
-        *lengths, skipped = await pipe.execute()
-    stale, slices = _stale(skipped), []
-    skip, want = offset, limit
-    for level, key, length in zip(range(9, -1, -1), lists, lengths, strict=True):
-        extra = stale.get(level, 0)
-        live = max(0, int(length) - extra)
-        if want <= 0 or skip >= live:
-            skip -= min(skip, live)
-            continue
-        take = min(want, live - skip)
-        if extra:  # from the head: of the queued jobs there, pass over `skip`, keep `take`
-            slices.append((key, 0, skip + take + extra - 1, skip, take))
-        else:
-            slices.append((key, skip, skip + take - 1, 0, take))
-        want, skip = want - take, 0
-    async with redis.pipeline(transaction=False) as pipe:
-        for key, start, stop, _, _ in slices:
-            pipe.lrange(key, start, stop)
-        pages = cast("list[list[bytes]]", await pipe.execute())
-    found: list[bytes] = []
-    for (_, start, stop, drop, take), page in zip(slices, pages, strict=True):
-        read_all = stop - start + 1 > take  # a level with cancelled entries
-        found += (await _queued(redis, keys, page))[drop : drop + take] if read_all else page
-    return found
-
-
-async def _queued(redis: Redis, keys: QueueKeys, ids: list[bytes]) -> list[bytes]:
-    """Those of ``ids`` whose job is queued (one round trip: their state fields)."""
-    prefix = keys.job_prefix.encode()
-    async with redis.pipeline(transaction=False) as pipe:
-        for job_id in ids:
-            pipe.hget(prefix + job_id, Field.STATE.decode())
-        states = cast("list[bytes | None]", await pipe.execute())
-    return [job_id for job_id, state in zip(ids, states, strict=True) if state == b"queued"]
-
-
-async def _records(
+async def records(
     redis: Redis,
     keys: QueueKeys,
     raw_ids: list[bytes],

@@ -67,7 +67,7 @@ async def test_what_json_would_change_is_refused_and_nothing_written(
     with pytest.raises(aioqueue.SerializationError, match="'values' is a tuple"):
         await store.enqueue((1.0, 2.0), {})
     with pytest.raises(aioqueue.SerializationError, match="JSON has no NaN"):
-        await queue.enqueue("elsewhere", math.nan)  # by name: the same rule
+        await app.queue("other").enqueue("elsewhere", math.nan)  # by name: the same rule
     with pytest.raises(aioqueue.SerializationError, match="JSON has no NaN"):
         await queue.enqueue_many([store.enqueue([1.0], {}), store.enqueue([math.nan], {})])
     await assert_nothing_written(redis, prefix, queue)

@@ -19,6 +19,8 @@ KEYS[19..23] links                the keys of include/links.lua, as QueueKeys.li
              inputs_prefix        prefix of the parents' inputs hashes
              handoff        ZSET  outcomes for parents on other queues, to deliver there
              waiting        STRING how many jobs wait (behind a group, or for children)
+KEYS[24]     completed      ZSET  job id -> finished (ms): the newest complete jobs whose
+                                  record is kept (COMPLETED_LISTED), for the listings
 ARGV[1] result_ttl_ms  how long finished records with a result or an error are kept; 0
                        deletes them
 ARGV[2] kept_ms        how long a complete job with no result (None) is remembered: the
@@ -65,7 +67,7 @@ another queue waits for it: the worker delivers it), -2 lease not held.
 -- @include links
 local active, schedule, dead, notify = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local schedule_wake, job_prefix, done_prefix, READY = KEYS[5], KEYS[6], KEYS[7], 8
-local history_prefix, LINKS = KEYS[18], 19
+local history_prefix, LINKS, completed = KEYS[18], 19, KEYS[24]
 local result_ttl_ms, kept_ms, keep_payload = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local history_ms, settled_channel, format = tonumber(ARGV[4]), ARGV[5], ARGV[6]
 local SETTLEMENTS = 7
@@ -73,6 +75,11 @@ local now = redis_clock()
 local counts, finished = {}, {} -- outcome code -> n; ids of jobs that finished
 local unleased = {} -- ids whose leases go, in one ZREM at the end
 local marks = {} -- completed ids to remember, by done hash (include/done.lua)
+local listed = {} -- ZADD arguments: completed jobs whose record is kept, for the listings
+-- The completed index lists the newest this many (a dashboard's list, not a history):
+-- only jobs that keep a record (a result, or keep_payload) enter it, so a job that
+-- returned None costs it nothing.
+local COMPLETED_LISTED = 1000
 local L = links_context(LINKS, {
   job_prefix = job_prefix, ready = READY, notify = notify, schedule = schedule,
   schedule_wake = schedule_wake, now = now, result_ttl_ms = result_ttl_ms, finished = finished,
@@ -120,7 +127,20 @@ local function complete(id, key, data, parent)
   end
   if data ~= 'null' then fields[#fields + 1], fields[#fields + 2] = 'r', data end
   redis.call('HSET', key, unpack(fields))
-  expire_record(key, data == 'null' and kept_ms or result_ttl_ms)
+  local ttl_ms = data == 'null' and kept_ms or result_ttl_ms
+  expire_record(key, ttl_ms)
+  if ttl_ms > 0 then listed[#listed + 1], listed[#listed + 2] = now, id end
+end
+
+-- Index the completed jobs that keep a record: the newest COMPLETED_LISTED, none older
+-- than a record lives (the listings skip an id whose record went before that).
+local function list_completed()
+  if #listed == 0 then return end
+  redis.call('ZADD', completed, unpack(listed))
+  redis.call('ZREMRANGEBYSCORE', completed, '-inf', '(' .. (now - result_ttl_ms))
+  if redis.call('ZCARD', completed) > COMPLETED_LISTED * 1.1 then -- trim now and then
+    redis.call('ZREMRANGEBYRANK', completed, 0, -COMPLETED_LISTED - 1)
+  end
 end
 
 local function ready_list(key)
@@ -200,6 +220,7 @@ else
 end
 if #unleased > 0 then redis.call('ZREM', active, unpack(unleased)) end
 write_done(marks)
+list_completed()
 count_history(history_prefix, now, history_ms, counts)
 announce_settled(settled_channel, finished)
 return codes

@@ -38,16 +38,17 @@ def iso_seconds(seconds: float | None) -> str:
 
 
 def span(ms: float) -> str:
-    """A length of time, short: ``850 ms``, ``12 s``, ``4 min``, ``3 h``, ``2 d``."""
+    """A length of time, short: ``850 ms``, ``12 s``, ``4 min``, ``3.0 h``, ``2.0 d`` (a
+    unit turns over where the rounded figure would, never ``60 min``)."""
     ms = abs(ms)
-    if ms < 1000:
+    if ms < 999.5:
         return f"{ms:.0f} ms"
     seconds = ms / 1000
-    if seconds < 60:
-        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
-    if seconds < 3600:
+    if seconds < 59.5:
+        return f"{seconds:.1f} s" if seconds < 9.95 else f"{seconds:.0f} s"
+    if seconds < 3570:
         return f"{seconds / 60:.0f} min"
-    if seconds < 86400:
+    if seconds < 86220:
         return f"{seconds / 3600:.1f} h"
     return f"{seconds / 86400:.1f} d"
 
@@ -87,9 +88,14 @@ def call(task: str | None, args: Sequence[Any], kwargs: Mapping[str, Any]) -> st
 
 
 def job_call(info: JobInfo) -> str:
-    """The preview of a job's call; a job without a readable payload says so."""
+    """The preview of a job's call; a job without a readable payload says so, and one
+    that kept its task but not its arguments (a complete job) shows ``task(…)``."""
     if info.task is None:
-        return "(no payload)" if info.raw is None else "(undecodable payload)"
+        if info.raw is not None:
+            return "(undecodable payload)"
+        return "(not kept)" if not info.arguments_kept else "(no payload)"
+    if not info.arguments_kept:
+        return f"{info.task}(…)"
     return call(info.task, info.args, info.kwargs)
 
 

@@ -135,9 +135,12 @@ def _jobs_options(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("-q", "--queue", help="the queue (default: the app's default queue)")
     add(
-        "--state", choices=["ready", "scheduled", "active", "dead"], default="ready",
-        help="which jobs (default: %(default)s)",
+        "--state", default="ready",
+        choices=["ready", "scheduled", "active", "dead", "complete", "retrying"],
+        help="which jobs (default: %(default)s; complete: the newest that kept a result; "
+        "retrying: scheduled again after a failed attempt)",
     )  # fmt: skip
+    add("--task", help="only the jobs of this task")
     add("--limit", type=_count, default=50, help="at most this many (default: %(default)s)")
     add("--offset", type=_count, default=0, help="skip this many first (default: %(default)s)")
 

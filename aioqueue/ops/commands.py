@@ -17,6 +17,7 @@ from rich.live import Live
 from ..core.errors import ConfigError
 from ..core.settings import ENV_REDIS_URL
 from .tables import (
+    WHEN,
     QueueSnapshot,
     channels_table,
     console,
@@ -126,11 +127,14 @@ async def _snapshots(app: App, names: list[str]) -> list[QueueSnapshot]:
 
 
 async def run_jobs(app: App, args: argparse.Namespace) -> int:
-    """``jobs ls``: a page of a queue's jobs in one state."""
+    """``jobs ls``: a page of a queue's jobs in one state (of one task, with ``--task``)."""
     need_url(app, "jobs")
     queue = app.queue(args.queue)
-    jobs = await queue.jobs(args.state, limit=args.limit, offset=args.offset)
-    console().print(jobs_table(f"{queue.name}: {args.state}", jobs, due=args.state == "scheduled"))
+    page = await queue.find_jobs(args.state, task=args.task, limit=args.limit, offset=args.offset)
+    title = f"{queue.name}: {args.state}" + (f", task {args.task}" if args.task else "")
+    console().print(jobs_table(title, page.jobs, when=WHEN[args.state]))
+    if not page.exhausted and len(page.jobs) < args.limit:
+        say(f"(looked at the first {page.scanned} entries of the list)")
     return 0
 
 

@@ -139,15 +139,21 @@ def _ready(counts: QueueCounts) -> str:
     return f"{counts.ready} ({split})"
 
 
-def jobs_table(state: str, jobs: Sequence[JobInfo], *, due: bool = False) -> Table:
-    """A page of jobs: id, task, status, attempts, priority, enqueued (or, with ``due``,
-    when each is due), and the error."""
-    table = Table(title=f"{state} jobs", title_justify="left")
+WHEN = {
+    "ready": "enqueued", "scheduled": "due", "retrying": "due", "active": "started",
+    "dead": "finished", "complete": "finished",
+}  # fmt: skip
+"""The time ``jobs ls`` shows for each state's jobs."""
+
+
+def jobs_table(title: str, jobs: Sequence[JobInfo], *, when: str = "enqueued") -> Table:
+    """A page of jobs: id, task, status, attempts, priority, a time (``when``: enqueued,
+    due, started or finished), and the error."""
+    table = Table(title=f"{title} jobs", title_justify="left")
     table.add_column(
         "id", no_wrap=True, min_width=min(max((len(j.id) for j in jobs), default=2), 40)
     )
-    when = "due (UTC)" if due else "enqueued (UTC)"
-    for name in ("task", "status", "tries", "prio", when):
+    for name in ("task", "status", "tries", "prio", f"{when} (UTC)"):
         table.add_column(name, no_wrap=True)
     table.add_column("error", overflow="fold", min_width=10)
     for info in jobs:
@@ -155,9 +161,12 @@ def jobs_table(state: str, jobs: Sequence[JobInfo], *, due: bool = False) -> Tab
         attempts = (
             f"{info.attempts}/{info.max_attempts}" if info.max_attempts > 0 else str(info.attempts)
         )
+        moment = {
+            "due": info.due_ms, "started": info.started_at_ms, "finished": info.finished_at_ms,
+        }.get(when, info.enqueued_at_ms)  # fmt: skip
         table.add_row(
             info.id, info.task or "?", str(info.status), attempts, _or_dash(info.priority),
-            _short_time(info.due_ms if due else info.enqueued_at_ms), error,
+            _short_time(moment), error,
         )  # fmt: skip
     return table
 

@@ -49,6 +49,11 @@ async def test_a_completed_job_keeps_its_task_and_priority(
     for field in ("task", "args", "attempts", "priority", "enqueued"):
         assert f"{field}:".ljust(11) + "(not kept)" in out
     assert "kept:      only its id" in out and "priority:  0" not in out
+    argv = ["jobs", "ls", TARGET, "-q", "emails", "--state", "complete"]
+    code, out, err = await run_cli([*argv, "--task", "send_email"], env=cli_env)
+    assert code == 0 and kept.id in out and "finished (UTC)" in out, err
+    code, out, err = await run_cli([*argv, "--task", "log_email"], env=cli_env)
+    assert code == 0 and kept.id not in out and gone.id not in out, err  # None: not listed
 
 
 async def test_a_far_future_record_is_listed_as_it_is(

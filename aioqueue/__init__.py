@@ -52,7 +52,15 @@ from .core.limits import QueueLimits
 from .core.middleware import JobContext, current_job
 from .core.observers import JobEvent, Observer
 from .core.periodic import Periodic
-from .core.records import ErrorInfo, JobInfo, JobStatus, MinuteCounts, QueueCounts, ScheduledJob
+from .core.records import (
+    ErrorInfo,
+    JobInfo,
+    JobPage,
+    JobStatus,
+    MinuteCounts,
+    QueueCounts,
+    ScheduledJob,
+)
 from .worker import Worker
 
 __all__ = [
@@ -87,6 +95,7 @@ __all__ = [
     "JobInfo",
     "JobNotFound",
     "JobOptions",
+    "JobPage",
     "JobStatus",
     "LeaseExpired",
     "LeaseLost",

@@ -19,8 +19,9 @@ from redis.exceptions import RedisError
 from ..core.errors import ConfigError
 from ..core.keys import QueueKeys
 from ..core.limits import QueueLimits, make_limits
-from ..store import heartbeats, reads, server, specs, stored_limits
+from ..store import heartbeats, listing, reads, server, specs, stored_limits
 from ..store.connection import failure
+from ..store.listing import LISTED_STATES
 from ..store.scripts import admin as admin_scripts
 from .enqueue import JobOptions
 
@@ -33,10 +34,17 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
 
     from ..core.periodic import Periodic
-    from ..core.records import JobInfo, JobStatus, MinuteCounts, QueueCounts, ScheduledJob
+    from ..core.records import (
+        JobInfo,
+        JobPage,
+        JobStatus,
+        MinuteCounts,
+        QueueCounts,
+        ScheduledJob,
+    )
     from ..core.registry import Registry
     from ..core.settings import AppSettings
-    from ..store.reads import ListedState
+    from ..store.listing import ListedState
     from ..store.server import Eviction
     from ..store.settled import SettledListener
 
@@ -148,15 +156,43 @@ class QueueAdmin:
 
     @_clear_errors
     async def jobs(
-        self, state: ListedState = "ready", *, limit: int = 100, offset: int = 0
+        self,
+        state: ListedState = "ready",
+        *,
+        limit: int = 100,
+        offset: int = 0,
+        task: str | None = None,
     ) -> list[JobInfo]:
         """A page of the jobs that are ``ready`` (in the order they will run: highest
-        priority first), ``scheduled`` (by due time), ``active`` (by lease deadline) or
-        ``dead`` (oldest first), with their records. A few round trips, no scan."""
-        if limit < 0 or offset < 0:
-            raise ConfigError("limit and offset must not be negative")
+        priority first), ``scheduled`` (by due time), ``active`` (by lease deadline),
+        ``dead`` (oldest first), ``complete`` (newest first: the last 1,000 that kept a
+        record, i.e. returned a value) or ``retrying`` (scheduled again after a failed
+        attempt, by due time), with their records; of one ``task`` if given. A few round
+        trips; a page picked by what its jobs are walks its list (``find_jobs``)."""
+        return list((await self.find_jobs(state, limit=limit, offset=offset, task=task)).jobs)
+
+    @_clear_errors
+    async def find_jobs(
+        self,
+        state: ListedState = "ready",
+        *,
+        task: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        scan: int = 10_000,
+    ) -> JobPage:
+        """``jobs()``, saying how far it looked: a page of a task's jobs, or of the
+        retrying or complete ones, walks its list in order and reads at most ``scan``
+        entries of it (``JobPage.exhausted``: it read the list to its end, so no match is
+        missing). Offsets count matches."""
+        if limit < 0 or offset < 0 or scan < 1:
+            raise ConfigError("limit and offset must not be negative, and scan at least 1")
+        if state not in LISTED_STATES:
+            raise ConfigError(f"state must be one of {', '.join(LISTED_STATES)}, not {state!r}")
         redis = await self._host.client()
-        return await reads.jobs(redis, self.keys, state, limit=limit, offset=offset)
+        return await listing.find(
+            redis, self.keys, state, task=task, limit=limit, offset=offset, scan=scan
+        )
 
     @_clear_errors
     async def history(self, *, minutes: int = 60) -> list[MinuteCounts]:
@@ -269,7 +305,7 @@ class QueueAdmin:
     async def dead_jobs(self, *, limit: int = 100, offset: int = 0) -> list[JobInfo]:
         """Dead jobs, oldest first, with their errors and raw bytes."""
         redis = await self._host.client()
-        return await reads.dead_jobs(redis, self.keys, limit=limit, offset=offset)
+        return await listing.dead_jobs(redis, self.keys, limit=limit, offset=offset)
 
     async def find_dead(
         self, *, task: str | None = None, error_type: str | None = None, limit: int = 1000

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from ..core import arguments
 from ..core.errors import ConfigError, InvalidArguments
 from ..core.handlers import Handler
 from ..core.ids import GENERATED_ID_ALPHABET
@@ -34,10 +35,11 @@ class JobOptions:
 
     Checked when made, so a bad option raises where it is written: ``id`` is a non-empty
     str not starting with a reserved prefix, ``timeout`` positive (the same rule as the
-    task's), ``max_attempts`` at least 1, ``priority`` 0..9 or a name, ``expires``
-    positive (seconds or a timedelta), ``debounce`` positive and only with an ``id`` (its
-    key) and no ``delay`` or ``at`` (the window is the delay), ``group`` a non-empty str
-    of at most 200 characters.
+    task's), ``max_attempts`` at least 1, ``priority`` 0..9 or a name, ``delay`` from 0
+    to MAX_DELAY (seconds or a timedelta) or ``at`` an aware datetime at most that far
+    ahead (not both), ``expires`` positive, ``debounce`` positive, at most MAX_DELAY and
+    only with an ``id`` (its key) and no ``delay`` or ``at`` (the window is the delay),
+    ``group`` a non-empty str of at most 200 characters.
     """
 
     id: str | None = None
@@ -69,9 +71,10 @@ class JobOptions:
             raise ConfigError("options: max_attempts must be an int of at least 1")
         if self.priority is not None:
             resolve_priority(self.priority)
-        self.expires_ms()  # (checks it)
-        if self.debounce is not None:
-            self.debounce_ms()
+        self.expires_ms()  # (each checks its option)
+        self.delay_ms()
+        self.due_ms()
+        self.debounce_ms()
         if self.group is not None:
             check_group(self.group)
             if self.debounce is not None:
@@ -80,39 +83,72 @@ class JobOptions:
     def debounce_ms(self) -> int | None:
         if self.debounce is None:
             return None
-        seconds = _seconds(self.debounce)
-        if not seconds > 0:
-            raise ConfigError(
-                f"options: debounce must be positive (seconds), not {self.debounce!r}"
-            )
+        window_ms = _span_ms("debounce", self.debounce, positive=True)
         if self.id is None:
             raise ConfigError("options: debounce needs an id (the calls to collapse share it)")
         if self.delay is not None or self.at is not None:
             raise ConfigError("options: debounce is the delay: leave out delay and at")
-        return max(1, round(seconds * 1000))
+        return window_ms
 
     def expires_ms(self) -> int | None:
         if self.expires is None:
             return None
-        seconds = _seconds(self.expires)
-        if not seconds > 0:
-            raise ConfigError(f"options: expires must be positive (seconds), not {self.expires!r}")
-        return max(1, round(seconds * 1000))
+        return _span_ms("expires", self.expires, positive=True, bounded=False)
 
     def due_ms(self) -> int:
+        """``at`` in epoch ms (0: none); ConfigError unless it is an aware datetime at most
+        MAX_DELAY ahead, or given with a delay."""
         if self.at is None:
             return 0
+        if not isinstance(self.at, datetime):
+            raise ConfigError(f"options: at must be a datetime, not {_shown(self.at)}")
         if self.at.tzinfo is None:
             raise ConfigError("at= needs an aware datetime (with tzinfo), e.g. datetime.now(UTC)")
-        return int(self.at.timestamp() * 1000)
+        if self.delay is not None:
+            raise ConfigError("options: give delay or at, not both (the job runs once)")
+        due_ms = int(self.at.timestamp() * 1000)
+        if due_ms - time.time() * 1000 > MAX_DELAY.total_seconds() * 1000:
+            raise ConfigError(
+                f"options: at={self.at.isoformat()} is more than {_MAX_DELAY_TEXT} ahead"
+            )
+        return due_ms
 
     def delay_ms(self) -> int:
-        delay = self.delay.total_seconds() if isinstance(self.delay, timedelta) else self.delay
-        if delay is None:
-            return 0
-        if delay < 0:
-            raise ConfigError("delay must not be negative")
-        return int(delay * 1000)
+        """``delay`` in ms (0: none); ConfigError unless it is a finite number of seconds
+        (or a timedelta) from 0 to MAX_DELAY."""
+        return 0 if self.delay is None else _span_ms("delay", self.delay)
+
+
+MAX_DELAY = timedelta(days=3653)
+"""The furthest a job may be scheduled (``delay``, ``at``, ``debounce``): ten years. A
+millisecond or second timestamp passed as a delay is refused, not scheduled for 33715."""
+_MAX_DELAY_TEXT = f"ten years ({MAX_DELAY.total_seconds():,.0f} s)"
+
+
+def _span_ms(option: str, value: object, *, positive: bool = False, bounded: bool = True) -> int:
+    """A span of time in ms, from seconds (an int or a float) or a timedelta: finite, not
+    negative (with ``positive``, above 0), and (``bounded``) at most MAX_DELAY; else
+    ConfigError naming the option."""
+    seconds = _seconds(value)
+    if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0):
+        rule = (
+            "must be positive: a finite number"
+            if positive
+            else "must be a finite number (0 or more)"
+        )
+        raise ConfigError(
+            f"options: {option} {rule} of seconds or a timedelta, not {_shown(value)}"
+        )
+    if bounded and seconds > MAX_DELAY.total_seconds():
+        raise ConfigError(
+            f"options: {option}={value!r} is over {_MAX_DELAY_TEXT}: a timestamp? For a "
+            "moment in time, pass at=datetime(...)"
+        )
+    return max(1, round(seconds * 1000)) if positive else round(seconds * 1000)
+
+
+def _shown(value: object) -> str:
+    return f"{value!r} ({type(value).__name__})"
 
 
 NO_OPTIONS = JobOptions()  # shared by every call that sets none (it is frozen)
@@ -195,6 +231,12 @@ def prepare(
         options.expires_ms(),
         inputs,
     )
+    decoder = None if known is None else known.decoder
+    if decoder is not None or not arguments.plain(args, kwargs):  # (else: arrive as sent)
+        arguments.check_sent(
+            payload, args, kwargs, task=name, handler=None if known is None else known.fn,
+            decoder=decoder, skip=0 if inputs is None else 1,
+        )  # fmt: skip
     fresh = options.id is None
     job_id = new_job_id() if options.id is None else options.id
     if options is NO_OPTIONS:  # most enqueues: the task's defaults, nothing to resolve

@@ -134,6 +134,14 @@ def _check_limit(limit: int) -> int:
     return limit
 
 
+def _check_timeout(timeout: float) -> None:
+    """A fetch waits 0 seconds (not at all) or more (``math.inf``: until a message comes)."""
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
+        raise ConfigError(
+            f"timeout must be 0 (do not wait) or a positive number of seconds, not {timeout!r}"
+        )
+
+
 def _upto(upto: int | Message | Sequence[Message]) -> int:
     """The id to acknowledge up to: an id, a message, or the last of a batch."""
     if isinstance(upto, Message):
@@ -177,11 +185,15 @@ class _Channel:
     def registry_name(self) -> str:
         return f"{self.keys.kind}:{self.name}"
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
     async def _fetch(
         self, reader: str, limit: int, timeout: float, members_only: bool
     ) -> list[Message]:
         _check_limit(limit)
-        if timeout <= 0:
+        _check_timeout(timeout)
+        if timeout == 0:
             return await self._read(reader, limit, members_only)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from redis.exceptions import RedisError
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, UnknownTask
 from ..core.lifecycle import LinkedJob
 from ..store.batching import EnqueueBatcher
 from ..store.connection import failure
@@ -252,6 +252,8 @@ class Queue(QueueAdmin):
         headers: Mapping[str, str] | None = None,
         inputs: str | None = None,
     ) -> NewJob:
+        if isinstance(task, str) and (wrong := self._host.registry.unknown_task(task, self.name)):
+            raise UnknownTask(task, wrong)  # (a typo: the workers would bury the job)
         return enqueue.prepare(
             task, args, kwargs, options,
             find_task=self._host.registry.find_task, headers=headers, inputs=inputs,

@@ -13,7 +13,8 @@ AioqueueError
 │   ├── JobExpired           not started within its ``expires``: it never ran
 │   └── ResultTimeout        job.result(timeout=...) ran out of time
 ├── NotAMember               a group call names a member who has not joined it
-├── UnknownTask              a worker has no handler for a job's task: the job goes dead
+├── UnknownTask              a worker has no handler for a job's task: the job goes dead;
+│                            or an enqueue names a task its queue's tasks in this app lack
 ├── PayloadError             bytes in a queue are not an aioqueue job: the job goes dead
 ├── HandlerTimeout           a handler ran past its timeout: uncancellable, or blocked the loop
 ├── LeaseExpired             a job's worker died or stalled past its lease, its attempts used
@@ -143,10 +144,11 @@ class NotAMember(AioqueueError, LookupError):
 
 
 class UnknownTask(AioqueueError, LookupError):
-    """No task with this name is registered on the worker's app (the job goes dead)."""
+    """No task with this name is registered on the worker's app (the job goes dead); or,
+    raised by an enqueue that wrote nothing, none on the queue of the producer's app."""
 
-    def __init__(self, name: str) -> None:
-        super().__init__(f"unknown task {name!r}: no handler registered")
+    def __init__(self, name: str, message: str | None = None) -> None:
+        super().__init__(message or f"unknown task {name!r}: no handler registered")
         self.name = name
 
 

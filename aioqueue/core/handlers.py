@@ -19,6 +19,8 @@ from .settings import APP_DEFAULTS, DEFAULT_QUEUE, check_timeout
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
 
+    from .arguments import ArgumentDecoder
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -106,7 +108,9 @@ class Handler(Generic[P, R]):
     Calling it runs the handler in-process (an async handler returns its coroutine).
     """
 
-    __slots__ = ("_priority", "_shapes", "fn", "hooks", "is_async", "options", "signature")
+    __slots__ = (
+        "_priority", "_shapes", "decoder", "fn", "hooks", "is_async", "options", "signature",
+    )  # fmt: skip
 
     def __init__(
         self, fn: Callable[P, Awaitable[R]] | Callable[P, R], options: TaskOptions
@@ -118,6 +122,9 @@ class Handler(Generic[P, R]):
         self.hooks = TaskHooks()
         self._priority = resolve_priority(options.priority)  # every enqueue reads it
         self._shapes: dict[tuple[int, frozenset[str]], str | None] = {}
+        # how its JSON arguments become what its annotations declare (None: nothing to
+        # do); a task's is read when it is registered (Registry.add_task)
+        self.decoder: ArgumentDecoder | None = None
 
     @property
     def name(self) -> str:

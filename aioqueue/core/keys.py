@@ -6,8 +6,9 @@ tag, so every key of one queue lives in one slot and every script touches one sl
 Roles:
   ready:<p>   LIST  job ids waiting to run, one list per priority level (0..9)
   notify      LIST  one token per ready job; idle workers BLPOP it
-  skips       STRING how many entries in the ready lists belong to cancelled jobs (take
-              skips them): the true ready count is the lists' length less this
+  skipped     HASH  priority -> how many entries of its ready list belong to cancelled jobs
+              (take skips them): the true ready count of a level is its list's length
+              less this (a level with none has no field)
   wake:<l>:<w> LIST a private wake-up list of one blocking loop (l) of worker w: a token
               ends its BLPOP at once (shutdown) without cancelling a redis-py call
   take:<l>    LIST  ids one take call leased (so a resent take returns the same jobs)
@@ -19,6 +20,8 @@ Roles:
   schedule:wake LIST at most one token; wakes a poller when an earlier job is scheduled
   active      ZSET  job id -> lease deadline (ms, Redis clock)
   dead        ZSET  job id -> time it was buried (ms)
+  completed   ZSET  job id -> time it finished (ms): the newest 1,000 complete jobs that keep
+              a record (a result), for the listings (ack.lua)
   paused      STRING set while the queue is paused: take.lua leases nothing
   limits      HASH  flow control: c (most jobs leased at once), i (ms between starts), b (burst)
   rate        STRING the rate limit's theoretical arrival time (µs), kept by take.lua
@@ -102,8 +105,8 @@ class QueueKeys:
         return f"{self.base}:notify"
 
     @property
-    def skips(self) -> str:
-        return f"{self.base}:skips"
+    def skipped(self) -> str:
+        return f"{self.base}:skipped"
 
     @property
     def schedule(self) -> str:
@@ -178,6 +181,11 @@ class QueueKeys:
     def links(self) -> list[str]:
         """The keys of include/links.lua, in the order the scripts declare them."""
         return [self.groups, self.group_prefix, self.inputs_prefix, self.handoff, self.waiting]
+
+    @property
+    def completed(self) -> str:
+        """ZSET: job id -> finished (ms), the newest complete jobs that keep a record."""
+        return f"{self.base}:completed"
 
     @property
     def rate(self) -> str:

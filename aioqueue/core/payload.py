@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from .converters import json_default
 from .errors import ChildFailed, PayloadError, PayloadTooLarge, SerializationError
 
 if TYPE_CHECKING:
@@ -110,8 +111,8 @@ def encode_payload(
         body["xp"] = expires_ms
     if inputs is not None:
         body["in"] = inputs
-    try:
-        raw = orjson.dumps(body)
+    try:  # (a Decimal, a set, a pydantic model: see converters.json_default)
+        raw = orjson.dumps(body, default=json_default)
     except TypeError as exc:
         raise SerializationError(
             f"arguments of task {task!r} are not JSON-serializable: {exc}"

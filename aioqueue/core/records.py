@@ -8,6 +8,7 @@ Job record fields (``job:<id>`` HASH; short, because every queued job carries th
   pr priority (0..9)     w  lease owner (token)  et enqueued at (ms)   st started at (ms)
   ft finished at (ms)    r  result (JSON)        e  error (JSON)       raw foreign bytes
   ab abort requested (1)  qt made ready at (ms; absent: et)  pg progress (JSON)
+  t  task name (a complete record that dropped its payload: ack.lua keeps the name)
 Linked jobs only (lua/include/links.lua): g group; du due (ms) once its turn comes; pa
   its parents' ids; pi its index among their children; and a parent's pd children
   pending, pt children in all, ok/ko children complete/failed, pk policy (f|i), pv keeps
@@ -18,7 +19,9 @@ Times are epoch milliseconds by the Redis clock.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +38,7 @@ class Field:
     """Names of the job record's fields (the Lua scripts spell them the same way)."""
 
     PAYLOAD = b"p"
+    TASK = b"t"
     STATE = b"s"
     ATTEMPTS = b"n"
     MAX_ATTEMPTS = b"m"
@@ -71,6 +75,15 @@ class JobStatus(StrEnum):
     DEAD = "dead"
     CANCELLED = "cancelled"
     EXPIRED = "expired"  # not started within its ``expires``: it never ran
+    UNKNOWN = "unknown"  # a state this version does not know (another program's record)
+
+    @classmethod
+    def of(cls, raw: bytes) -> JobStatus:
+        """A record's state field (``s``); one this version does not know is UNKNOWN."""
+        try:
+            return cls(raw.decode("utf-8", "replace"))
+        except ValueError:
+            return cls.UNKNOWN
 
     @property
     def finished(self) -> bool:
@@ -104,17 +117,25 @@ class ErrorInfo:
 
 @dataclass(frozen=True, slots=True)
 class JobInfo:
-    """A snapshot of one job record, for inspection (status pages, the dead-letter CLI)."""
+    """A snapshot of one job record, for inspection (status pages, the dead-letter CLI).
+
+    A finished job keeps less than a running one (``ack.lua``): a complete job with a
+    result keeps its task's name, priority, attempts, times and result but not its
+    arguments (``arguments_kept`` False, unless ``App(keep_payload=True)``); one that
+    returned None keeps only its id, for the idempotency window (``record_kept`` False:
+    nothing but its status and id is known). Fields not kept read None (``task``,
+    ``priority``, the times) or empty (``args``, ``kwargs``): say so, never show them as
+    values."""
 
     id: str
     queue: str
     status: JobStatus
-    task: str | None
+    task: str | None  # None: not kept, or the payload is not an aioqueue job (see raw)
     args: Sequence[Any]
     kwargs: Mapping[str, Any]
     attempts: int
     max_attempts: int
-    priority: int
+    priority: int | None  # None: not kept
     enqueued_at_ms: int | None
     started_at_ms: int | None
     finished_at_ms: int | None
@@ -127,9 +148,22 @@ class JobInfo:
     parents: str | None = None  # a workflow's child: its parents' ids (space-separated)
     parent_queue: str | None = None  # their queue, if not the job's own
     children: ChildCounts | None = None  # a workflow's parent (or a batch)
+    due_ms: float | None = None  # a scheduled job: when it is due (epoch ms, Redis clock)
+    arguments_kept: bool = True  # False: its payload went when it completed
+    record_kept: bool = True  # False: only its id is kept (it completed, returning None)
 
     @classmethod
-    def from_record(cls, job_id: str, queue: str, record: Mapping[bytes, bytes]) -> JobInfo:
+    def from_record(
+        cls,
+        job_id: str,
+        queue: str,
+        record: Mapping[bytes, bytes],
+        *,
+        due_ms: float | None = None,
+    ) -> JobInfo:
+        """The job of ``record`` (a record's fields, ``Field``); ``due_ms``: its score on
+        the schedule, if it is scheduled. Any bytes make some JobInfo: a field that does
+        not parse reads as not there."""
         raw_payload = record.get(Field.PAYLOAD)  # a complete record may have dropped it
         try:
             payload = None if raw_payload is None else Payload.decode(raw_payload)
@@ -142,13 +176,13 @@ class JobInfo:
         return cls(
             id=job_id,
             queue=queue,
-            status=JobStatus(record[Field.STATE].decode()),
-            task=payload.task if payload else None,
+            status=JobStatus.of(record[Field.STATE]),
+            task=payload.task if payload else _text(record.get(Field.TASK)),
             args=payload.args if payload else (),
             kwargs=payload.kwargs if payload else {},
             attempts=_int(record.get(Field.ATTEMPTS)) or 0,
             max_attempts=_int(record.get(Field.MAX_ATTEMPTS)) or 0,
-            priority=_int(record.get(Field.PRIORITY)) or 0,
+            priority=_int(record.get(Field.PRIORITY)),
             enqueued_at_ms=_int(record.get(Field.ENQUEUED_AT)),
             started_at_ms=_int(record.get(Field.STARTED_AT)),
             finished_at_ms=_int(record.get(Field.FINISHED_AT)),
@@ -161,7 +195,19 @@ class JobInfo:
             parents=_text(record.get(Field.PARENTS)),
             parent_queue=_text(record.get(Field.PARENT_QUEUE)),
             children=ChildCounts.from_record(record),
+            due_ms=due_ms,
+            arguments_kept=raw_payload is not None,
         )
+
+    @classmethod
+    def done(cls, job_id: str, queue: str) -> JobInfo:
+        """A job that completed returning None: only its id is kept (a done hash)."""
+        return cls(
+            id=job_id, queue=queue, status=JobStatus.COMPLETE, task=None, args=(), kwargs={},
+            attempts=0, max_attempts=0, priority=None, enqueued_at_ms=None,
+            started_at_ms=None, finished_at_ms=None, error=None, raw=None, result_raw=None,
+            arguments_kept=False, record_kept=False,
+        )  # fmt: skip
 
     def result(self) -> Any:
         """The decoded return value of a complete job (None before it completes)."""
@@ -173,8 +219,26 @@ class JobInfo:
         return orjson.loads(self.progress_raw) if self.progress_raw is not None else None
 
 
+def utc_moment(ms: float) -> datetime | None:
+    """Epoch milliseconds as an aware UTC datetime; None when no datetime can hold them
+    (past the year 9999, or not finite: a record another program wrote), for a view to
+    show the number as it is."""
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC)
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
 def _int(raw: bytes | None) -> int | None:
-    return int(float(raw)) if raw else None
+    """A record's number (written as an integer, or a float by an older version); None
+    if it is missing or not a finite number (a record another program wrote)."""
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return int(value) if math.isfinite(value) else None
 
 
 def _text(raw: bytes | None) -> str | None:
@@ -204,7 +268,7 @@ class ScheduledJob:
     """A delayed job: its id and when it is due."""
 
     id: str
-    due_ms: int  # epoch ms, Redis clock
+    due_ms: float  # epoch ms, Redis clock: an int, unless another program wrote an absurd score
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +287,41 @@ class MinuteCounts:
         """Attempts that failed, whatever came next."""
         return self.retried + self.failed + self.dead
 
+    @property
+    def failed_for_good(self) -> int:
+        """Jobs that failed and will not run again: dead or failed (retries are not)."""
+        return self.failed + self.dead
+
+
+@dataclass(frozen=True, slots=True)
+class RecentCounts:
+    """What ended in the last 60 seconds, by outcome: the one definition ``aioqueue info``
+    (per second) and the dashboard (per minute) show. Estimated from the per-minute
+    counts: the current minute's, plus the previous minute's in proportion to how much
+    of it the 60 seconds still cover."""
+
+    complete: float
+    failed: float  # failed for good: dead, or failed (retries are not failures for good)
+    retried: float  # attempts that failed and will run again
+    cancelled: float
+
+    @classmethod
+    def of(cls, history: Sequence[MinuteCounts], now_ms: int) -> RecentCounts:
+        """From ``history`` (oldest first, the current minute last) at ``now_ms``."""
+        if not history:
+            return cls(0.0, 0.0, 0.0, 0.0)
+        current = history[-1]
+        into = min(max((now_ms - current.minute_ms) / 60_000, 0.0), 1.0)
+        weighted = [(current, 1.0)]
+        if len(history) > 1:
+            weighted.append((history[-2], 1.0 - into))
+        return cls(
+            sum(m.complete * w for m, w in weighted),
+            sum(m.failed_for_good * w for m, w in weighted),
+            sum(m.retried * w for m, w in weighted),
+            sum(m.cancelled * w for m, w in weighted),
+        )
+
 
 HISTORY_CODES = {b"c": "complete", b"r": "retried", b"f": "failed", b"d": "dead", b"x": "cancelled"}
 """The field codes of the history hashes (lua/include/history.lua)."""
@@ -236,8 +335,20 @@ class QueueCounts:
     scheduled: int
     active: int
     dead: int
-    # ready-list entries per priority level (levels with none left out); these include
-    # the entries of cancelled jobs that take has yet to skip, which ``ready`` does not
+    # ready jobs per priority level (levels with none left out; like ``ready``, without
+    # the entries of cancelled jobs that take has yet to skip)
     ready_by_priority: Mapping[int, int] = field(default_factory=dict, compare=False)
     paused: bool = False  # workers take nothing from it (``queue.pause()``)
     waiting: int = 0  # behind their group, or for their children (groups, workflows)
+    # complete jobs listed: the newest that keep a record (a result), at most 1,000
+    complete: int = field(default=0, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """A page of jobs picked by what they are (``Queue.find_jobs``): found by walking a
+    list in order, up to a number of its entries."""
+
+    jobs: Sequence[JobInfo]
+    scanned: int  # entries of the list read to find them
+    exhausted: bool  # the list was read to its end (else a match may lie beyond the scan)

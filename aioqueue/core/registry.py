@@ -9,9 +9,11 @@ sharing its queue, a periodic job's arguments against its handler.
 
 from __future__ import annotations
 
+import difflib
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
+from .arguments import decoder_for
 from .backoff import Exponential
 from .errors import ConfigError
 from .handlers import (
@@ -82,6 +84,7 @@ class Registry:
                     f"a queue of its own (queue {options.queue!r} has {other.name!r} and "
                     f"{options.name!r})"
                 )
+        task.decoder = decoder_for(task.fn)  # once: a worker only tests it per job
         self.tasks[options.name] = task
 
     def add_subscriber(self, subscriber: Subscriber) -> None:
@@ -95,8 +98,11 @@ class Registry:
     def declare_periodic(self, task: object, schedule: Schedule) -> Periodic:
         """Declare a periodic run of ``task`` in code (``@app.periodic`` above ``@app.task``)."""
         if not isinstance(task, Handler):
+            given = getattr(task, "__name__", None)
+            what = f"the plain function {given!r}" if given else repr(task)
             raise ConfigError(
-                f"@app.periodic(...) goes above @app.task: it was given {task!r}, not a task"
+                f"@app.periodic(...) must be written above @app.task (it takes the task "
+                f"@app.task makes), but it was given {what}"
             )
         spec = self.periodic_spec(task, schedule, declared=True)
         if spec.name in self.periodic:
@@ -188,6 +194,32 @@ class Registry:
             subscriber = self.subscribers.get(name)
             return None if subscriber is None else subscriber.task
         return task
+
+    def unknown_task(self, name: str, queue: str) -> str | None:
+        """Why enqueueing a task by ``name`` on ``queue`` is a mistake, or None: this app
+        registers tasks on that queue, none of them so named (a typo, most likely; an app
+        with none there may be a producer that lacks the code)."""
+        if self.find_task(name) is not None:
+            return None
+        names = sorted(t.name for t in self.tasks.values() if t.options.queue == queue)
+        if not names:
+            return None
+        close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+        hint = f"did you mean {' or '.join(map(repr, close))}?" if close else ""
+        listed = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+        return (
+            f"no task {name!r} on queue {queue!r} in this app, whose tasks there are "
+            f"{listed}: {hint or 'enqueue one of those'}"
+        )
+
+    def unused_queue(self, queue: str) -> str | None:
+        """Why serving ``queue`` looks like a mistake, or None: no task of this app uses it
+        (a worker would bury each of its jobs as an unknown task), naming close ones."""
+        if queue in self.queue_names():
+            return None
+        close = difflib.get_close_matches(queue, self.queue_names(), n=3, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        return f"no task of this app uses queue {queue!r} (its jobs would be buried){hint}"
 
     def queue_names(self) -> list[str]:
         """Every queue a registered task uses, plus the default queue."""

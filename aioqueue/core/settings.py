@@ -12,7 +12,7 @@ import math
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from .errors import ConfigError
 from .keys import validate_name
@@ -59,7 +59,13 @@ def mask_url(url: str) -> str:
 
 
 def check_redis_url(url: str) -> str:
-    """Raise ConfigError (naming the URL, password masked) unless redis-py can use it."""
+    """Raise ConfigError (naming the URL, password masked) unless redis-py can use it as
+    meant: a known scheme, a numeric port, and a db that is a number (redis-py would
+    ignore ``/abc`` and use db 0)."""
+    if not url:
+        raise ConfigError(
+            f"the Redis URL is empty: leave it out (None) to use {ENV_REDIS_URL}, or give one"
+        )
     try:
         parts = urlsplit(url)
         if parts.scheme in CLUSTER_SCHEMES:
@@ -68,12 +74,20 @@ def check_redis_url(url: str) -> str:
             sentinel_service(url)
         else:
             parts.port  # noqa: B018 - parses the port: raises ValueError if not a number
+            _check_db(parts.path if parts.scheme != "unix" else "", parts.query)
     except ValueError as exc:
         raise ConfigError(f"invalid Redis URL {mask_url(url)!r}: {exc}") from exc
     if parts.scheme not in URL_SCHEMES:
         schemes = ", ".join(f"{scheme}://" for scheme in URL_SCHEMES)
         raise ConfigError(f"invalid Redis URL {mask_url(url)!r}: it must start with {schemes}")
     return url
+
+
+def _check_db(path: str, query: str) -> None:
+    """The db of a server's URL (``/2``, or ``?db=2``) is a number; ValueError if not."""
+    for db in (path.strip("/"), *parse_qs(query).get("db", ())):
+        if db and not db.isdigit():
+            raise ValueError(f"db {db!r} is not a number (redis://host:port/DB)")
 
 
 def sentinel_service(url: str) -> tuple[list[tuple[str, int]], str, int]:
@@ -135,7 +149,7 @@ class AppSettings:
 
     def __post_init__(self) -> None:
         self._check_numbers()
-        if self.redis_url:
+        if self.redis_url is not None:  # ("": a mistake, not "use the environment")
             check_redis_url(self.redis_url)
         validate_name("queue", self.default_queue)
         for queue in self.due_first:

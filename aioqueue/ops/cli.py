@@ -14,25 +14,20 @@ import asyncio
 import importlib
 import logging
 import os
+import signal
 import sys
 from typing import TYPE_CHECKING, NoReturn
+from urllib.parse import urlsplit
 
-from redis.exceptions import AuthenticationError, NoPermissionError, RedisError
+from redis.exceptions import AuthenticationError, NoPermissionError, RedisError, ResponseError
 
 from ..app import App
 from ..core import __version__
 from ..core.errors import AioqueueError, ConfigError, describe
 from ..core.settings import ENV_REDIS_URL, WORKER_DEFAULTS, mask_url
 from . import logs
-from .commands import (
-    run_check,
-    run_dead,
-    run_info,
-    run_job,
-    run_jobs,
-    run_queue,
-    run_reconcile,
-)
+from .commands import run_check, run_info, run_jobs, run_queue, run_reconcile
+from .job_commands import run_dead, run_job
 from .serve import run_dashboard, run_worker
 
 if TYPE_CHECKING:
@@ -96,7 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"aioqueue {__version__}")
     _log_options(parser, argparse.SUPPRESS)
-    parser.add_argument("command", choices=COMMANDS, metavar="COMMAND")
+    parser.add_argument(
+        "command", nargs="?", choices=COMMANDS, metavar="COMMAND", help="one of those below"
+    )
     parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return parser
 
@@ -138,16 +135,19 @@ def _jobs_options(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("-q", "--queue", help="the queue (default: the app's default queue)")
     add(
-        "--state", choices=["ready", "scheduled", "active", "dead"], default="ready",
-        help="which jobs (default: %(default)s)",
+        "--state", default="ready",
+        choices=["ready", "scheduled", "active", "dead", "complete", "retrying"],
+        help="which jobs (default: %(default)s; complete: the newest that kept a result; "
+        "retrying: scheduled again after a failed attempt)",
     )  # fmt: skip
+    add("--task", help="only the jobs of this task")
     add("--limit", type=_count, default=50, help="at most this many (default: %(default)s)")
     add("--offset", type=_count, default=0, help="skip this many first (default: %(default)s)")
 
 
 def _job_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("id", help="the job id")
-    parser.add_argument("-q", "--queue", help="the queue (default: the app's default queue)")
+    parser.add_argument("-q", "--queue", help="the queue (default: every queue the app knows)")
 
 
 def _queue_options(parser: argparse.ArgumentParser) -> None:
@@ -267,15 +267,26 @@ def _metrics_options(parser: argparse.ArgumentParser) -> None:
 
 def _dead_options(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
-    add("ids", nargs="*", help="job ids (show: one; requeue, purge: none = the oldest)")
-    add("-q", "--queue", help="the queue (default: the app's default queue)")
-    add("--limit", type=int, default=100, help="at most this many, oldest first (default: 100)")
+    add(
+        "ids", nargs="*", default=[], metavar="ID",
+        help="job ids, optional (show: one; requeue, purge: none = the oldest --limit)",
+    )  # fmt: skip
+    add("-q", "--queue", help="the queue (default: every queue the app knows)")
+    add(
+        "--limit", type=_at_least_one, default=100,
+        help="at most this many per queue, oldest first (default: 100)",
+    )  # fmt: skip
     add("--task", help="ls, requeue, purge: only dead jobs of this task")
     add("--error-type", help="ls, requeue, purge: only those that died of this error type")
+    add("--yes", action="store_true", help="purge without ids: do not ask first")
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # bare ``aioqueue``: what it can do, not an error about it
+        parser.print_help(sys.stderr)
+        parser.exit(2)
     command_parser(args.command).parse_intermixed_args(args.rest, namespace=args)
     args.log_level = getattr(args, "log_level", "info")
     args.log_format = getattr(args, "log_format", "text")
@@ -297,6 +308,18 @@ ONE_SHOT: dict[str, Callable[[App, argparse.Namespace], Coroutine[Any, Any, int]
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     logs.configure(args.log_level, args.log_format)
+    try:
+        code = _run(args)
+        sys.stdout.flush()  # a reader gone (``| head -1``) shows here, not at exit
+    except BrokenPipeError:
+        return _reader_gone()
+    except KeyboardInterrupt:  # Ctrl-C at a question (workers and --watch handle theirs)
+        sys.stderr.write("\n")
+        return 128 + signal.SIGINT
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
     app: App | None = None
     try:
         app = load_app(args.target)
@@ -305,13 +328,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "worker":
             return run_worker(app, args)
         return asyncio.run(_one_shot(app, args))
+    except BrokenPipeError:
+        raise  # stdout's reader went away: not Redis's doing
     except AioqueueError as exc:
         logger.error("%s", exc)
     except (AuthenticationError, NoPermissionError) as exc:
         logger.error("Redis at %s refused: %s", _url(app), describe(exc))
+    except ResponseError as exc:
+        logger.error("%s", _answered(app, exc))
     except (RedisError, OSError) as exc:
         logger.error("cannot reach Redis at %s: %s", _url(app), describe(exc))
     return 2
+
+
+def _reader_gone() -> int:
+    """stdout's reader closed the pipe (``| head -1``): stop without a word, as Unix tools
+    do (their status: killed by SIGPIPE), and let nothing write to it again at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
+
+
+def _answered(app: App | None, exc: ResponseError) -> str:
+    """Redis answered with an error (it was reached): say what it said."""
+    if "DB index is out of range" in str(exc) and app is not None:
+        db = urlsplit(app.redis_url or "").path.strip("/") or "0"
+        return (
+            f"Redis at {_url(app)} has no db {db} (DB index is out of range: the server's "
+            "`databases` setting is lower)"
+        )
+    return f"Redis at {_url(app)} answered: {describe(exc)}"
 
 
 def _url(app: App | None) -> str:

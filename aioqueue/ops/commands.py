@@ -1,5 +1,5 @@
-"""The one-shot commands: ``check``, ``reconcile``, ``info``, ``jobs ls``, ``job
-show|cancel`` and ``dead ls|show|requeue|purge``.
+"""The one-shot commands about queues: ``check``, ``reconcile``, ``info``, ``jobs ls``
+and ``queue pause|resume|limit|limits`` (those about given jobs: ``job_commands``).
 
 Each needs a configured Redis URL (they never start an embedded server: there would be
 nothing in it), prints its result on stdout, and returns the exit code.
@@ -11,18 +11,17 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING
 
-import orjson
 from rich.console import Group
 from rich.live import Live
 
 from ..core.errors import ConfigError
 from ..core.settings import ENV_REDIS_URL
 from .tables import (
+    WHEN,
     QueueSnapshot,
     channels_table,
     console,
     info_table,
-    iso,
     jobs_table,
     topics_table,
 )
@@ -34,11 +33,9 @@ if TYPE_CHECKING:
 
     from ..app import App
     from ..client.messaging import ChannelInfo
-    from ..client.queue import Queue
-    from ..core.records import JobInfo
 
 
-def _say(line: str) -> None:
+def say(line: str) -> None:
     print(line)  # noqa: T201 - the commands' output
 
 
@@ -59,12 +56,12 @@ async def run_check(app: App, args: argparse.Namespace) -> int:
         workers = await queue.workers()
         healthy = healthy and bool(workers)
         running = sum(int(worker.get("running", 0)) for worker in workers)
-        _say(f"{name}: {len(workers)} live worker(s), {running} job(s) running")
+        say(f"{name}: {len(workers)} live worker(s), {running} job(s) running")
         for warning in queue.worker_warnings(workers):
-            _say(f"WARNING {name}: {warning}")
+            say(f"WARNING {name}: {warning}")
     evicting = await app.queue(names[0]).eviction()  # the server's, read once
     if (problem := evicting.problem()) is not None:
-        _say(f"PROBLEM: {problem}")
+        say(f"PROBLEM: {problem}")
         healthy = healthy and not evicting.unsafe
     return 0 if healthy else 1
 
@@ -74,7 +71,7 @@ async def run_reconcile(app: App, args: argparse.Namespace) -> int:
     need_url(app, "reconcile")
     for name in args.queues or app.queue_names():
         repaired = await app.queue(name).reconcile()
-        _say(f"{name}: {repaired} job(s) put back")
+        say(f"{name}: {repaired} job(s) put back")
     return 0
 
 
@@ -130,33 +127,15 @@ async def _snapshots(app: App, names: list[str]) -> list[QueueSnapshot]:
 
 
 async def run_jobs(app: App, args: argparse.Namespace) -> int:
-    """``jobs ls``: a page of a queue's jobs in one state."""
+    """``jobs ls``: a page of a queue's jobs in one state (of one task, with ``--task``)."""
     need_url(app, "jobs")
     queue = app.queue(args.queue)
-    jobs = await queue.jobs(args.state, limit=args.limit, offset=args.offset)
-    due = None
-    if args.state == "scheduled":
-        scheduled = await queue.scheduled(limit=args.limit, offset=args.offset)
-        due = {entry.id: entry.due_ms for entry in scheduled}
-    console().print(jobs_table(f"{queue.name}: {args.state}", jobs, due))
+    page = await queue.find_jobs(args.state, task=args.task, limit=args.limit, offset=args.offset)
+    title = f"{queue.name}: {args.state}" + (f", task {args.task}" if args.task else "")
+    console().print(jobs_table(title, page.jobs, when=WHEN[args.state]))
+    if not page.exhausted and len(page.jobs) < args.limit:
+        say(f"(looked at the first {page.scanned} entries of the list)")
     return 0
-
-
-async def run_job(app: App, args: argparse.Namespace) -> int:
-    """``job show ID`` (everything about one job) and ``job cancel ID``."""
-    need_url(app, "job")
-    queue = app.queue(args.queue)
-    if args.action == "show":
-        await _show(queue, [args.id])
-        return 0
-    if await queue.cancel(args.id):
-        _say(f"cancelled {args.id} (a running job is aborted)")
-        return 0
-    status = await queue.status(args.id)
-    if status is None:
-        raise ConfigError(f"no job {args.id!r} in queue {queue.name!r}")
-    _say(f"{args.id} is {status}: nothing to cancel")
-    return 1
 
 
 async def run_queue(app: App, args: argparse.Namespace) -> int:
@@ -165,94 +144,15 @@ async def run_queue(app: App, args: argparse.Namespace) -> int:
     queue = app.queue(args.queue)
     if args.action == "pause":
         changed = await queue.pause()
-        _say(f"{queue.name}: paused" if changed else f"{queue.name} was paused already")
+        say(f"{queue.name}: paused" if changed else f"{queue.name} was paused already")
     elif args.action == "resume":
         changed = await queue.resume()
-        _say(f"{queue.name}: resumed" if changed else f"{queue.name} was not paused")
+        say(f"{queue.name}: resumed" if changed else f"{queue.name} was not paused")
     elif args.action == "limit":  # (no options: lifts every limit)
         limits = await queue.set_limits(
             rate=args.rate, burst=args.burst, concurrency=args.concurrency
         )
-        _say(f"{queue.name}: {limits.describe()}")
+        say(f"{queue.name}: {limits.describe()}")
     else:
-        _say(f"{queue.name}: {(await queue.limits()).describe()}")
+        say(f"{queue.name}: {(await queue.limits()).describe()}")
     return 0
-
-
-async def run_dead(app: App, args: argparse.Namespace) -> int:
-    need_url(app, "dead")
-    queue = app.queue(args.queue)
-    if args.action == "ls":
-        for info in await queue.find_dead(
-            task=args.task, error_type=args.error_type, limit=args.limit
-        ):
-            _say(summary(info))
-    elif args.action == "show":
-        await _show(queue, args.ids)
-    elif args.action == "requeue":
-        count = await queue.requeue_dead(
-            args.ids, task=args.task, error_type=args.error_type, limit=args.limit
-        )
-        _say(f"requeued {count} job(s)")
-    else:
-        count = await queue.purge_dead(
-            args.ids, task=args.task, error_type=args.error_type, limit=args.limit
-        )
-        _say(f"purged {count} job(s)")
-    return 0
-
-
-async def _show(queue: Queue, ids: list[str]) -> None:
-    if len(ids) != 1:
-        raise ConfigError("show takes exactly one job id")
-    found = await queue.info(ids[0])
-    if found is None:
-        raise ConfigError(f"no job {ids[0]!r} in queue {queue.name!r}")
-    _say(details(found))
-
-
-def summary(info: JobInfo) -> str:
-    error = f"{info.error.type}: {info.error.message}" if info.error else ""
-    return f"{info.id}\t{info.task or '?'}\tattempts={info.attempts}\t{error}"
-
-
-def details(info: JobInfo) -> str:
-    lines = [
-        f"id:        {info.id}",
-        f"queue:     {info.queue}",
-        f"status:    {info.status}",
-        f"task:      {info.task or ('(a batch)' if info.children else None)}",
-        f"args:      {list(info.args)!r}",
-        f"kwargs:    {dict(info.kwargs)!r}",
-        f"attempts:  {info.attempts}" + (f" of {info.max_attempts}" if info.max_attempts else ""),
-        f"priority:  {info.priority}",
-        f"enqueued:  {iso(info.enqueued_at_ms)}",
-        f"started:   {iso(info.started_at_ms)}",
-        f"finished:  {iso(info.finished_at_ms)}",
-    ]
-    if info.group is not None:
-        lines.append(f"group:     {info.group}")
-    if info.parents is not None:
-        where = f" (queue {info.parent_queue})" if info.parent_queue else ""
-        lines.append(f"parents:   {info.parents}{where}")
-    if (children := info.children) is not None:
-        lines.append(
-            f"children:  {children.total} ({children.pending} pending, "
-            f"{children.complete} complete, {children.failed} failed)"
-        )
-    if info.progress_raw is not None:
-        lines.append(f"progress:  {_json(info.progress_raw)}")
-    if info.result_raw is not None:
-        lines.append(f"result:    {_json(info.result_raw)}")
-    if info.error:
-        lines += [f"error:     {info.error.type}: {info.error.message}", info.error.traceback]
-    if info.raw is not None:
-        lines.append(f"raw bytes: {info.raw!r}")
-    return "\n".join(lines)
-
-
-def _json(raw: bytes) -> str:
-    try:
-        return orjson.dumps(orjson.loads(raw)).decode()
-    except orjson.JSONDecodeError:
-        return repr(raw)

@@ -1,18 +1,22 @@
-"""What ``aioqueue info`` and ``aioqueue jobs`` print: readable tables (rich), built from
-plain snapshots so that they can be tested without a terminal."""
+"""What ``aioqueue info``, ``aioqueue jobs``, ``job show`` and ``dead ls`` print: readable
+tables (rich) and lines, built from plain values so that they can be tested without a
+terminal."""
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from rich.console import Console
 from rich.table import Table
 
+from ..core.records import RecentCounts, utc_moment
+
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Sequence
 
     from ..client.messaging import ChannelInfo
     from ..client.topics import GroupInfo, TopicInfo
@@ -31,30 +35,27 @@ class QueueSnapshot:
     limits: QueueLimits | None = None
 
     def per_second(self, field: str, now_ms: int | None = None) -> float:
-        """The rate of an outcome over the last minute: this minute's count, plus the
-        previous minute's weighted by how much of it the last 60 s still cover."""
-        if not self.history:
-            return 0.0
-        current = self.history[-1]
+        """The rate of an outcome (complete, failed: for good, retried, cancelled) over
+        the last 60 s (``RecentCounts``: the dashboard's per-minute figures, per second)."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        into = min(max((now_ms - current.minute_ms) / 60_000, 0.0), 1.0)
-        total = float(_count(current, field))
-        if len(self.history) > 1:
-            total += _count(self.history[-2], field) * (1.0 - into)
-        return total / 60.0
+        return float(getattr(RecentCounts.of(self.history, now_ms), field)) / 60.0
 
 
-def _count(minute: MinuteCounts, field: str) -> int:
-    return minute.failures if field == "failures" else int(getattr(minute, field))
+RATES_CAPTION = (
+    "done/s, fail/s (failed for good: dead or failed) and retry/s (attempts that will run "
+    "again): the last 60 s"
+)
 
 
 def info_table(queues: Sequence[QueueSnapshot], *, now_ms: int | None = None) -> Table:
-    """Per queue: ready (by priority), scheduled, active, dead, completed and failed per
-    second over the last minute, live workers and the jobs they run; a paused or limited
-    queue's name says so, and how many of its jobs wait (for their group or children)."""
-    table = Table(title="aioqueue", title_justify="left")
+    """Per queue: ready (by priority), scheduled, active, dead, completed, failed for good
+    and retried per second over the last 60 s, live workers and the jobs they run; a paused
+    or limited queue's name says so, and how many of its jobs wait (for their group or
+    children)."""
+    table = Table(title="aioqueue", title_justify="left", caption=RATES_CAPTION)
+    table.caption_justify = "left"
     table.add_column("queue", no_wrap=True, min_width=max((len(q.name) for q in queues), default=5))
-    for name in ("ready", "sched", "active", "dead", "done/s", "fail/s", "workers"):
+    for name in ("ready", "sched", "active", "dead", "done/s", "fail/s", "retry/s", "workers"):
         table.add_column(name, justify="right", no_wrap=True)
     for queue in queues:
         counts = queue.counts
@@ -66,7 +67,8 @@ def info_table(queues: Sequence[QueueSnapshot], *, now_ms: int | None = None) ->
             str(counts.active),
             f"[red]{counts.dead}[/red]" if counts.dead else "0",
             f"{queue.per_second('complete', now_ms):.2f}",
-            f"{queue.per_second('failures', now_ms):.2f}",
+            f"{queue.per_second('failed', now_ms):.2f}",
+            f"{queue.per_second('retried', now_ms):.2f}",
             f"{len(queue.workers)} ({running} running)" if queue.workers else "[red]none[/red]",
         )
     return table
@@ -137,17 +139,21 @@ def _ready(counts: QueueCounts) -> str:
     return f"{counts.ready} ({split})"
 
 
-def jobs_table(
-    state: str, jobs: Sequence[JobInfo], due_ms: Mapping[str, int] | None = None
-) -> Table:
-    """A page of jobs: id, task, status, attempts, priority, enqueued (or, with
-    ``due_ms``, when each is due), and the error."""
-    table = Table(title=f"{state} jobs", title_justify="left")
+WHEN = {
+    "ready": "enqueued", "scheduled": "due", "retrying": "due", "active": "started",
+    "dead": "finished", "complete": "finished",
+}  # fmt: skip
+"""The time ``jobs ls`` shows for each state's jobs."""
+
+
+def jobs_table(title: str, jobs: Sequence[JobInfo], *, when: str = "enqueued") -> Table:
+    """A page of jobs: id, task, status, attempts, priority, a time (``when``: enqueued,
+    due, started or finished), and the error."""
+    table = Table(title=f"{title} jobs", title_justify="left")
     table.add_column(
         "id", no_wrap=True, min_width=min(max((len(j.id) for j in jobs), default=2), 40)
     )
-    when = "due (UTC)" if due_ms is not None else "enqueued (UTC)"
-    for name in ("task", "status", "tries", "prio", when):
+    for name in ("task", "status", "tries", "prio", f"{when} (UTC)"):
         table.add_column(name, no_wrap=True)
     table.add_column("error", overflow="fold", min_width=10)
     for info in jobs:
@@ -155,27 +161,136 @@ def jobs_table(
         attempts = (
             f"{info.attempts}/{info.max_attempts}" if info.max_attempts > 0 else str(info.attempts)
         )
+        moment = {
+            "due": info.due_ms, "started": info.started_at_ms, "finished": info.finished_at_ms,
+        }.get(when, info.enqueued_at_ms)  # fmt: skip
         table.add_row(
-            info.id, info.task or "?", str(info.status), attempts, str(info.priority),
-            _short_time(info.enqueued_at_ms if due_ms is None else due_ms.get(info.id)), error,
+            info.id, info.task or "?", str(info.status), attempts, _or_dash(info.priority),
+            _short_time(moment), error,
         )  # fmt: skip
     return table
 
 
-def _short_time(ms: int | None) -> str:
+def _or_dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def _short_time(ms: float | None) -> str:
     if ms is None:
         return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    moment = utc_moment(ms)
+    return _raw_ms(ms) if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _raw_ms(ms: float) -> str:
+    """A time no date can show (another program's record): the number itself."""
+    return f"{ms:.0f} ms (out of range)" if math.isfinite(ms) else f"{ms} ms (out of range)"
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """The reader went away (``| head``): the CLI stops quietly, as it does for a
+        plain line (rich's own handling exits with status 1)."""
+        raise BrokenPipeError
 
 
 def console() -> Console:
     """stdout: as wide as the terminal, or wide enough not to wrap rows in a pipe."""
-    out = Console()
-    return out if out.is_terminal else Console(width=200, soft_wrap=True)
+    out = _Console()
+    return out if out.is_terminal else _Console(width=200, soft_wrap=True)
 
 
-def iso(ms: int | None) -> str:
-    """Epoch milliseconds as ISO 8601 in UTC (or "-")."""
+def iso(ms: float | None) -> str:
+    """Epoch milliseconds as ISO 8601 in UTC (or "-"; the number, if no date can hold it)."""
     if ms is None:
         return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+    moment = utc_moment(ms)
+    return _raw_ms(ms) if moment is None else moment.isoformat(timespec="milliseconds")
+
+
+def summary(info: JobInfo, *, queue: bool = False) -> str:
+    """A dead job on one line, tab-separated (with ``queue``: its queue first)."""
+    error = f"{info.error.type}: {info.error.message}" if info.error else ""
+    line = f"{info.id}\t{info.task or '?'}\tattempts={info.attempts}\t{error}"
+    return f"{info.queue}\t{line}" if queue else line
+
+
+NOT_KEPT = "(not kept)"
+
+
+def details(info: JobInfo) -> str:
+    """Everything about one job, a field a line; what a finished job did not keep reads
+    "(not kept)", never a value it did not have."""
+    kept = info.record_kept
+    attempts = f"{info.attempts}" + (f" of {info.max_attempts}" if info.max_attempts else "")
+    lines = [
+        f"id:        {info.id}",
+        f"queue:     {info.queue}",
+        f"status:    {info.status}",
+        f"task:      {_task(info)}",
+        *_arguments(info),
+        f"attempts:  {attempts if kept else NOT_KEPT}",
+        f"priority:  {NOT_KEPT if info.priority is None else info.priority}",
+    ]
+    for name, ms in (("enqueued", info.enqueued_at_ms), ("started", info.started_at_ms)):
+        lines.append(f"{name + ':':<10} {iso(ms) if kept else NOT_KEPT}")
+    lines.append(f"finished:  {iso(info.finished_at_ms) if kept else NOT_KEPT}")
+    if info.due_ms is not None:
+        lines.append(f"due:       {iso(info.due_ms)}")
+    lines += _links(info)
+    if info.progress_raw is not None:
+        lines.append(f"progress:  {_json(info.progress_raw)}")
+    if info.result_raw is not None:
+        lines.append(f"result:    {_json(info.result_raw)}")
+    elif info.status == "complete":
+        lines.append("result:    null")
+    if not kept:
+        lines.append(
+            "kept:      only its id (a job that returns None leaves no record: "
+            "App(keep_payload=True) keeps them)"
+        )
+    if info.error:
+        lines += [f"error:     {info.error.type}: {info.error.message}", info.error.traceback]
+    if info.raw is not None:
+        lines.append(f"raw bytes: {info.raw!r}")
+    return "\n".join(lines)
+
+
+def _task(info: JobInfo) -> str:
+    if info.task is not None:
+        return info.task
+    if info.children:
+        return "(a batch)"
+    if info.raw is not None:
+        return "(not an aioqueue payload: raw bytes below)"
+    return NOT_KEPT
+
+
+def _arguments(info: JobInfo) -> list[str]:
+    if not info.arguments_kept:  # a finished job's payload went (App(keep_payload=True))
+        return [f"args:      {NOT_KEPT}", f"kwargs:    {NOT_KEPT}"]
+    if info.raw is not None and info.task is None:
+        return ["args:      -", "kwargs:    -"]
+    return [f"args:      {list(info.args)!r}", f"kwargs:    {dict(info.kwargs)!r}"]
+
+
+def _links(info: JobInfo) -> list[str]:
+    lines = []
+    if info.group is not None:
+        lines.append(f"group:     {info.group}")
+    if info.parents is not None:
+        where = f" (queue {info.parent_queue})" if info.parent_queue else ""
+        lines.append(f"parents:   {info.parents}{where}")
+    if (children := info.children) is not None:
+        lines.append(
+            f"children:  {children.total} ({children.pending} pending, "
+            f"{children.complete} complete, {children.failed} failed)"
+        )
+    return lines
+
+
+def _json(raw: bytes) -> str:
+    try:
+        return orjson.dumps(orjson.loads(raw)).decode()
+    except orjson.JSONDecodeError:
+        return repr(raw)

@@ -9,7 +9,8 @@ loader        the Lua files, their shared snippets, EVALSHA with a reload
 wire          commands packed by hand and sent on a pool connection (the hot path)
 routing       where packed calls go: the client's pool, or a Cluster's node by key slot
 batching      concurrent enqueues coalesced into one script call per round trip
-reads         typed reads of queue state (records, counts, listings, messages)
+reads         typed reads of queue state (records, counts, history, messages)
+listing       pages of a queue's jobs: where they are, or walked for what they are
 settled       hearing that jobs finished (the settled channel), for Job.result()
 pubsub        listening on a pub/sub connection that may have died without a word
 streams       a topic's plain stream commands (its subscriber groups)

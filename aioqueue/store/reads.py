@@ -8,9 +8,10 @@ UTF-8.
 
 from __future__ import annotations
 
+import math
 import re
 import time
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ..core.ids import done_slot
 from ..core.keys import ChannelKeys, QueueKeys, TopicKeys, channels_registry
@@ -34,15 +35,26 @@ if TYPE_CHECKING:
 async def job_info(
     redis: Redis, keys: QueueKeys, job_id: str, *, span_ms: int = 0
 ) -> JobInfo | None:
-    """The job's record, or None if there is none (never enqueued, or expired). A job
-    that completed with no result has no record, only its id in a done hash: its info is
-    its status."""
-    record = cast("dict[bytes, bytes]", await redis.hgetall(keys.job(job_id)))
+    """The job's record (and, if it is scheduled, its due time), or None if there is none
+    (never enqueued, or expired). A job that completed with no result has no record, only
+    its id in a done hash: its info is its status."""
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.hgetall(keys.job(job_id))
+        pipe.zscore(keys.schedule, job_id)
+        record, due = await pipe.execute()
     if Field.STATE not in record:
         if await _is_done(redis, keys, job_id, span_ms):
-            return JobInfo.from_record(job_id, keys.name, {Field.STATE: b"complete"})
+            return JobInfo.done(job_id, keys.name)
         return None
-    return JobInfo.from_record(job_id, keys.name, record)
+    return JobInfo.from_record(job_id, keys.name, record, due_ms=score_ms(due))
+
+
+def score_ms(score: float | None) -> float | None:
+    """A schedule score as epoch ms: an int as aioqueue writes it, or the score itself if
+    no int can hold it (another program's ``inf``), for a view to show as it is."""
+    if score is None:
+        return None
+    return int(score) if math.isfinite(score) else score
 
 
 async def job_status(
@@ -51,7 +63,7 @@ async def job_status(
     """The job's status (one small field), or None if there is no record."""
     raw = cast("bytes | None", await redis.hget(keys.job(job_id), Field.STATE.decode()))
     if raw:
-        return JobStatus(raw.decode())
+        return JobStatus.of(raw)
     return JobStatus.COMPLETE if await _is_done(redis, keys, job_id, span_ms) else None
 
 
@@ -105,30 +117,48 @@ async def scheduled(
         "list[tuple[bytes, float]]",
         await redis.zrange(keys.schedule, offset, offset + limit - 1, withscores=True),
     )
-    return [ScheduledJob(raw.decode("utf-8", "replace"), int(due)) for raw, due in entries]
+    return [
+        ScheduledJob(raw.decode("utf-8", "replace"), score_ms(due) or 0) for raw, due in entries
+    ]
 
 
 async def counts(redis: Redis, keys: QueueKeys) -> QueueCounts:
     """Ready, scheduled, active, dead and waiting jobs (one round trip, one snapshot).
     Ready is what the ready lists hold less the entries of cancelled jobs that take will
-    skip."""
+    skip, per priority level too."""
     async with redis.pipeline(transaction=True) as pipe:
         for key in keys.ready_lists():
             pipe.llen(key)
-        pipe.get(keys.skips)
+        pipe.hgetall(keys.skipped)
         pipe.zcard(keys.schedule)
         pipe.zcard(keys.active)
         pipe.zcard(keys.dead)
         pipe.exists(keys.paused)
         pipe.get(keys.waiting)
+        pipe.zcard(keys.completed)
         replies = await pipe.execute()
-    *ready, skips, scheduled, active, dead, paused, waiting = replies
-    by_priority = {level: int(n) for level, n in enumerate(ready) if int(n)}
-    listed = sum(by_priority.values())
+    *lengths, skipped, scheduled, active, dead, paused, waiting, complete = replies
+    by_priority = _live(lengths, skipped)
     return QueueCounts(
-        max(0, listed - int(skips or 0)), int(scheduled), int(active), int(dead), by_priority,
-        paused=bool(paused), waiting=max(0, int(waiting or 0)),
+        sum(by_priority.values()), int(scheduled), int(active), int(dead), by_priority,
+        paused=bool(paused), waiting=max(0, int(waiting or 0)), complete=int(complete),
     )  # fmt: skip
+
+
+def _live(lengths: list[int], skipped: dict[bytes, bytes]) -> dict[int, int]:
+    """Ready jobs per priority level (levels with none left out): each list's length less
+    the entries of cancelled jobs in it (the ``skipped`` hash: level -> entries)."""
+    stale = stale_entries(skipped)
+    live = {level: int(n) - stale.get(level, 0) for level, n in enumerate(lengths)}
+    return {level: n for level, n in live.items() if n > 0}
+
+
+def stale_entries(skipped: dict[bytes, bytes]) -> dict[int, int]:
+    stale: dict[int, int] = {}
+    for level, n in skipped.items():
+        if level.isdigit() and n.lstrip(b"-").isdigit() and int(n) > 0:
+            stale[int(level)] = int(n)
+    return stale
 
 
 async def job_ids(redis: Redis, keys: QueueKeys, *, batch: int) -> AsyncIterator[list[bytes]]:
@@ -150,69 +180,23 @@ def _glob_escape(text: bytes) -> bytes:
     return re.sub(rb"([*?\[\]\\])", rb"\\\1", text)
 
 
-async def dead_jobs(redis: Redis, keys: QueueKeys, *, limit: int, offset: int) -> list[JobInfo]:
-    """Dead jobs, oldest first, with their records (two round trips)."""
-    raw_ids = cast("list[bytes]", await redis.zrange(keys.dead, offset, offset + limit - 1))
-    return await _records(redis, keys, raw_ids)
-
-
-ListedState = Literal["ready", "scheduled", "active", "dead"]
-LISTED_STATES: tuple[ListedState, ...] = ("ready", "scheduled", "active", "dead")
-
-
-async def jobs(
-    redis: Redis, keys: QueueKeys, state: ListedState, *, limit: int, offset: int
+async def records(
+    redis: Redis,
+    keys: QueueKeys,
+    raw_ids: list[bytes],
+    due: dict[bytes, float | None] | None = None,
 ) -> list[JobInfo]:
-    """A page of the jobs in one place, with their records: ready ones in the order
-    they will be taken (highest priority first, FIFO within one), scheduled ones by due
-    time, active ones by lease deadline, dead ones oldest first. Two or three round
-    trips. Offsets count entries: one whose job moved on meanwhile, or a cancelled job's
-    ready entry that take has yet to skip, is left out, so a page may come up short."""
-    if state == "dead":
-        return await dead_jobs(redis, keys, limit=limit, offset=offset)
-    if state in ("scheduled", "active"):
-        key = keys.schedule if state == "scheduled" else keys.active
-        raw_ids = cast("list[bytes]", await redis.zrange(key, offset, offset + limit - 1))
-        expected = JobStatus.SCHEDULED if state == "scheduled" else JobStatus.ACTIVE
-    elif state == "ready":
-        raw_ids = await _ready_ids(redis, keys, limit=limit, offset=offset)
-        expected = JobStatus.QUEUED
-    else:
-        raise ValueError(f"state must be one of {', '.join(LISTED_STATES)}, not {state!r}")
-    return [info for info in await _records(redis, keys, raw_ids) if info.status is expected]
-
-
-async def _ready_ids(redis: Redis, keys: QueueKeys, *, limit: int, offset: int) -> list[bytes]:
-    """Ids on the ready lists from ``offset``, highest priority first (two round trips)."""
-    lists = list(reversed(keys.ready_lists()))  # take visits 9..0 (strict order)
-    async with redis.pipeline(transaction=False) as pipe:
-        for key in lists:
-            pipe.llen(key)
-        lengths = [int(n) for n in await pipe.execute()]
-    async with redis.pipeline(transaction=False) as pipe:
-        skip, want = offset, limit
-        for key, length in zip(lists, lengths, strict=True):
-            if want <= 0:
-                break
-            if skip >= length:
-                skip -= length
-                continue
-            pipe.lrange(key, skip, skip + want - 1)
-            want -= min(want, length - skip)
-            skip = 0
-        pages = cast("list[list[bytes]]", await pipe.execute())
-    return [job_id for page in pages for job_id in page]
-
-
-async def _records(redis: Redis, keys: QueueKeys, raw_ids: list[bytes]) -> list[JobInfo]:
-    """The records of these ids (one round trip); ids without a record are left out."""
+    """The records of these ids (one round trip), with their due times from ``due``;
+    ids without a record are left out."""
     prefix = keys.job_prefix.encode()
     async with redis.pipeline(transaction=False) as pipe:
         for raw in raw_ids:
             pipe.hgetall(prefix + raw)
         records = cast("list[dict[bytes, bytes]]", await pipe.execute())
     return [
-        JobInfo.from_record(raw.decode("utf-8", "replace"), keys.name, record)
+        JobInfo.from_record(
+            raw.decode("utf-8", "replace"), keys.name, record, due_ms=(due or {}).get(raw)
+        )
         for raw, record in zip(raw_ids, records, strict=True)
         if Field.STATE in record
     ]

@@ -82,7 +82,8 @@ REQUIRED_COMMANDS = (
     "blpop", "time", "ping", "info",
     "get", "set", "del", "mget", "incr", "incrby", "decr", "pexpire", "pexpireat", "exists",
     "hget", "hgetall", "hset", "hsetnx", "hdel", "hmget", "hincrby", "hexists",
-    "zrange", "zrangebyscore", "zrevrangebyscore", "zadd", "zrem", "zcard", "zscore",
+    "zrange", "zrangebyscore", "zrevrange", "zrevrangebyscore", "zadd", "zrem", "zcard",
+    "zscore", "zremrangebyscore", "zremrangebyrank",
     "llen", "lpop", "lpush", "lrange", "lpos", "rpush", "ltrim",
     "smembers", "sadd", "srem", "scan",
     # streams (mailboxes, groups, topics)

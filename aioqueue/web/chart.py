@@ -55,12 +55,13 @@ class Chart:
     y_ticks: tuple[Tick, ...]
     x_ticks: tuple[Tick, ...]
     complete: int
-    failed: int
+    failed: int  # failed for good: dead or failed
+    retried: int  # failed attempts that ran again
     cancelled: int
 
     @property
     def empty(self) -> bool:
-        return not (self.complete or self.failed or self.cancelled)
+        return not (self.complete or self.failed or self.retried or self.cancelled)
 
 
 def merge(histories: Iterable[Sequence[MinuteCounts]]) -> list[MinuteCounts]:
@@ -89,8 +90,8 @@ def nice_step(peak: int) -> int:
 
 
 def throughput(history: Sequence[MinuteCounts]) -> Chart:
-    """Lay out one bar per minute: completed at the bottom, failures (retried, failed or
-    dead) on top of them, then cancelled."""
+    """Lay out one bar per minute: completed at the bottom, then failed for good (dead or
+    failed), retried attempts, and cancelled."""
     peak = max((m.complete + m.failures + m.cancelled for m in history), default=0)
     step = nice_step(peak)
     top_value = step * GRID_LINES
@@ -108,19 +109,21 @@ def throughput(history: Sequence[MinuteCounts]) -> Chart:
         width=WIDTH, height=HEIGHT, left=LEFT, right=WIDTH - RIGHT, top=TOP,
         bottom=TOP + PLOT_H, bars=tuple(bars), y_ticks=y_ticks, x_ticks=x_ticks,
         complete=sum(m.complete for m in history),
-        failed=sum(m.failures for m in history),
+        failed=sum(m.failed_for_good for m in history),
+        retried=sum(m.retried for m in history),
         cancelled=sum(m.cancelled for m in history),
     )  # fmt: skip
 
 
 def _bar(minute: MinuteCounts, left: float, slot: float, top_value: float) -> Bar:
     """One minute's bar in the slot that starts at ``left``, its segments stacked from the
-    bottom: completed, failures (retried, failed or dead), then cancelled."""
+    bottom: completed, failed for good, retried, then cancelled."""
     base: float = TOP + PLOT_H
     segments = []
     for kind, value in (
         ("complete", minute.complete),
-        ("failed", minute.failures),
+        ("failed", minute.failed_for_good),
+        ("retried", minute.retried),
         ("cancelled", minute.cancelled),
     ):
         if value:
@@ -129,7 +132,8 @@ def _bar(minute: MinuteCounts, left: float, slot: float, top_value: float) -> Ba
             segments.append(Segment(kind, round(base, 2), round(height, 2)))
     title = (
         f"{_clock(minute.minute_ms)} UTC: {minute.complete} completed, "
-        f"{minute.failures} failed, {minute.cancelled} cancelled"
+        f"{minute.failed_for_good} failed for good, {minute.retried} retried, "
+        f"{minute.cancelled} cancelled"
     )
     x = left + slot * 0.125
     return Bar(round(x, 2), round(slot * 0.75, 2), tuple(segments), title)

@@ -37,7 +37,9 @@ HERE = Path(__file__).parent
 PAGE_SIZE = 25
 MAX_FORM_BYTES = 256 * 1024
 BULK_BATCH = 1000  # dead jobs per script call of "requeue all" / "purge all"
-ACTIONS = ("cancel", "requeue", "purge", "requeue-all", "purge-all", "pause", "resume")
+ACTIONS = (
+    "cancel", "requeue", "purge", "requeue-all", "purge-all", "pause", "resume", "run-now",
+)  # fmt: skip
 HEADERS = {
     "Cache-Control": "no-store",
     "Content-Security-Policy": (
@@ -99,6 +101,7 @@ class _Dashboard:
                 Route("/", self.overview_page, name="overview"),
                 Route("/queue/{queue:path}", self.queue_page, name="queue"),
                 Route("/job", self.job_page, name="job"),
+                Route("/search", self.search_page, name="search"),
                 Route("/periodic", self.periodic_page, name="periodic"),
                 Route("/actions/{action}", self.action, methods=["POST"], name="action"),
                 Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
@@ -200,7 +203,9 @@ class _Dashboard:
         if state not in views.STATES:
             return self.error(request, 400, "No such list", f"no job state {state!r}")
         page = _page_number(request.query_params.get("page"))
-        data = await views.listing(queue, state, page, PAGE_SIZE)
+        task = request.query_params.get("task") or None
+        tasks = sorted(task for task, t in self.app.tasks.items() if t.options.queue == name)
+        data = await views.listing(queue, state, page, PAGE_SIZE, task=task, tasks=tasks)
         context = {"listing": data, "notice": _notice(request)}
         return self.render(request, "queue.html", context, fragment="_queue.html")
 
@@ -215,6 +220,19 @@ class _Dashboard:
             return self.error(request, 404, "No such job", message)
         context = {"queue": queue.name, "job": info, "notice": _notice(request)}
         return self.render(request, "job.html", context, fragment="_job.html")
+
+    async def search_page(self, request: Request) -> Response:
+        """A job by its id (straight to it when it is the one thing found), or a task by
+        a part of its name (links to its jobs in each list)."""
+        query = request.query_params.get("q", "").strip()
+        found = await views.search(self.app, self.names(), query) if query else None
+        if found is not None and len(found.jobs) == 1 and not found.tasks:
+            [job] = found.jobs
+            return RedirectResponse(
+                self.link(request, "job", {"queue": job.queue, "id": job.id}), 303
+            )
+        context = {"found": found, "query": query, "states": views.STATES}
+        return self.render(request, "search.html", context)
 
     async def periodic_page(self, request: Request) -> Response:
         now_ms, names = int(time.time() * 1000), self.names()
@@ -263,6 +281,7 @@ class _Dashboard:
         state = _first(form, "state")
         query = {
             "state": state if state in views.STATES else None,
+            "task": _first(form, "task") or None,
             "page": _page_number(_first(form, "page")),
             **notice,
         }
@@ -279,6 +298,8 @@ async def _act(queue: Queue, action: str, ids: Sequence[str]) -> int:
         return await queue.requeue_dead(ids) if ids else 0
     if action == "purge":
         return await queue.purge_dead(ids) if ids else 0
+    if action == "run-now":  # a scheduled (or retrying) job, due now
+        return sum([await queue.reschedule(job_id, delay=0) for job_id in ids])
     bulk = queue.requeue_dead if action == "requeue-all" else queue.purge_dead
     remaining, done = (await queue.counts()).dead, 0
     while remaining > 0:  # in batches, up to what was dead when asked: never endless

@@ -6,10 +6,12 @@ they return is plain text: the templates escape it (autoescape is on).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import math
 from typing import TYPE_CHECKING, Any
 
 import orjson
+
+from ..core.records import utc_moment
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -20,10 +22,13 @@ PREVIEW_CHARS = 120
 
 
 def iso(ms: float | None) -> str:
-    """Epoch milliseconds as ISO 8601 in UTC (``2025-01-31T09:30:00.250Z``); "" for None."""
+    """Epoch milliseconds as ISO 8601 in UTC (``2025-01-31T09:30:00.250Z``); "" for None;
+    the number itself when no date can hold it (a record another program wrote)."""
     if ms is None:
         return ""
-    moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    moment = utc_moment(ms)
+    if moment is None:
+        return f"{ms:.0f} ms" if math.isfinite(ms) else f"{ms} ms"
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -33,23 +38,24 @@ def iso_seconds(seconds: float | None) -> str:
 
 
 def span(ms: float) -> str:
-    """A length of time, short: ``850 ms``, ``12 s``, ``4 min``, ``3 h``, ``2 d``."""
+    """A length of time, short: ``850 ms``, ``12 s``, ``4 min``, ``3.0 h``, ``2.0 d`` (a
+    unit turns over where the rounded figure would, never ``60 min``)."""
     ms = abs(ms)
-    if ms < 1000:
+    if ms < 999.5:
         return f"{ms:.0f} ms"
     seconds = ms / 1000
-    if seconds < 60:
-        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
-    if seconds < 3600:
+    if seconds < 59.5:
+        return f"{seconds:.1f} s" if seconds < 9.95 else f"{seconds:.0f} s"
+    if seconds < 3570:
         return f"{seconds / 60:.0f} min"
-    if seconds < 86400:
+    if seconds < 86220:
         return f"{seconds / 3600:.1f} h"
     return f"{seconds / 86400:.1f} d"
 
 
 def relative(ms: float | None, now_ms: float) -> str:
     """``12 s ago`` or ``in 4 min`` (by this host's clock); "" for None."""
-    if ms is None:
+    if ms is None or utc_moment(ms) is None:  # no date: iso() shows the number
         return ""
     delta = ms - now_ms
     if abs(delta) < 1000:
@@ -82,9 +88,14 @@ def call(task: str | None, args: Sequence[Any], kwargs: Mapping[str, Any]) -> st
 
 
 def job_call(info: JobInfo) -> str:
-    """The preview of a job's call; a job without a readable payload says so."""
+    """The preview of a job's call; a job without a readable payload says so, and one
+    that kept its task but not its arguments (a complete job) shows ``task(…)``."""
     if info.task is None:
-        return "(no payload)" if info.raw is None else "(undecodable payload)"
+        if info.raw is not None:
+            return "(undecodable payload)"
+        return "(not kept)" if not info.arguments_kept else "(no payload)"
+    if not info.arguments_kept:
+        return f"{info.task}(…)"
     return call(info.task, info.args, info.kwargs)
 
 

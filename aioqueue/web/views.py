@@ -7,11 +7,12 @@ template; the handlers in ``dashboard`` only choose the page and render it.
 from __future__ import annotations
 
 import asyncio
-import math
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..core.limits import QueueLimits
+from ..core.records import RecentCounts
 from .chart import Chart, merge, throughput
 
 if TYPE_CHECKING:
@@ -20,26 +21,26 @@ if TYPE_CHECKING:
     from ..app import App
     from ..client.queue import Queue
     from ..core.periodic import Periodic
-    from ..core.records import JobInfo, MinuteCounts, QueueCounts
+    from ..core.records import JobInfo, JobPage, MinuteCounts, QueueCounts
 
-State = Literal["ready", "scheduled", "active", "dead"]
-STATES: tuple[State, ...] = ("ready", "scheduled", "active", "dead")
+State = Literal["ready", "scheduled", "retrying", "active", "dead", "complete"]
+STATES: tuple[State, ...] = ("ready", "scheduled", "retrying", "active", "dead", "complete")
+"""The queue page's tabs, in their order."""
+COUNTED = frozenset({"ready", "scheduled", "active", "dead", "complete"})  # counts() has them
 HISTORY_MINUTES = 60
+SCAN = 2_000  # entries a filtered page reads at most (the page refreshes every 2 s)
 
 
 @dataclass(frozen=True, slots=True)
 class QueueSummary:
-    """One queue on the overview: its counts, its last hour, its live workers."""
+    """One queue on the overview: its counts, its last hour, its live workers, and what
+    ended in the last 60 s (``RecentCounts``: what ``aioqueue info`` shows per second)."""
 
     name: str
     counts: QueueCounts
     history: Sequence[MinuteCounts]
     workers: Sequence[dict[str, Any]]
-
-    @property
-    def last_minute(self) -> MinuteCounts | None:
-        """The last full minute (the current one is still counting)."""
-        return self.history[-2] if len(self.history) >= 2 else None
+    recent: RecentCounts
 
     @property
     def hour_complete(self) -> int:
@@ -47,7 +48,12 @@ class QueueSummary:
 
     @property
     def hour_failed(self) -> int:
-        return sum(minute.failures for minute in self.history)
+        """Failed for good in the last hour (retries are counted apart)."""
+        return sum(minute.failed_for_good for minute in self.history)
+
+    @property
+    def hour_retried(self) -> int:
+        return sum(minute.retried for minute in self.history)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +70,8 @@ async def summarize(queue: Queue) -> QueueSummary:
     counts, history, workers = await asyncio.gather(
         queue.counts(), queue.history(minutes=HISTORY_MINUTES), queue.workers()
     )
-    return QueueSummary(queue.name, counts, history, workers)
+    recent = RecentCounts.of(history, int(time.time() * 1000))
+    return QueueSummary(queue.name, counts, history, workers, recent)
 
 
 async def overview(app: App, names: Sequence[str]) -> Overview:
@@ -82,43 +89,88 @@ async def overview(app: App, names: Sequence[str]) -> Overview:
 
 @dataclass(frozen=True, slots=True)
 class Listing:
-    """One page of a queue's jobs in one state."""
+    """One page of a queue's jobs in one state (of one task, if ``task``)."""
 
     queue: str
     state: State
     counts: QueueCounts
-    jobs: Sequence[JobInfo]
-    page: int
-    pages: int
-    first: int  # 1-based position of the first row shown
+    page: JobPage
+    number: int  # 1-based
+    page_size: int
     chart: Chart
-    due: dict[str, int] = field(default_factory=dict)  # scheduled jobs: due time, epoch ms
     limits: QueueLimits = field(default_factory=QueueLimits)  # the queue's set_limits
+    task: str | None = None
+    tasks: Sequence[str] = ()  # the app's tasks of this queue, for the filter
 
     @property
-    def total(self) -> int:
+    def jobs(self) -> Sequence[JobInfo]:
+        return self.page.jobs
+
+    @property
+    def first(self) -> int:
+        """1-based position of the first row shown."""
+        return (self.number - 1) * self.page_size + 1
+
+    @property
+    def total(self) -> int | None:
+        """How many jobs the list holds; None when only a walk can tell (a task's, the
+        retrying ones)."""
+        if self.task is not None or self.state not in COUNTED:
+            return None
         return int(getattr(self.counts, self.state))
 
+    @property
+    def has_next(self) -> bool:
+        if self.total is not None:
+            return self.first + len(self.jobs) - 1 < self.total
+        return len(self.jobs) == self.page_size
 
-async def listing(queue: Queue, state: State, page: int, page_size: int) -> Listing:
-    """A page of jobs (and, for scheduled ones, when each is due), with the counts of
-    every state for the tabs and the queue's chart."""
-    offset = (page - 1) * page_size
-    due: dict[str, int] = {}
-    counts, jobs, history, limits = await asyncio.gather(
+    @property
+    def searched_part(self) -> bool:
+        """A filtered page that stopped at SCAN entries before its list ended: say so."""
+        return not self.page.exhausted and len(self.jobs) < self.page_size
+
+
+async def listing(
+    queue: Queue, state: State, number: int, page_size: int, *, task: str | None = None,
+    tasks: Sequence[str] = (),
+) -> Listing:  # fmt: skip
+    """A page of jobs (scheduled ones with when each is due), with the counts of every
+    state for the tabs and the queue's chart."""
+    offset = (number - 1) * page_size
+    counts, page, history, limits = await asyncio.gather(
         queue.counts(),
-        queue.jobs(state, limit=page_size, offset=offset),
+        queue.find_jobs(state, task=task, limit=page_size, offset=offset, scan=SCAN),
         queue.history(minutes=HISTORY_MINUTES),
         queue.limits(),
     )
-    if state == "scheduled":
-        entries = await queue.scheduled(limit=page_size, offset=offset)
-        due = {entry.id: entry.due_ms for entry in entries}
-    total = int(getattr(counts, state))
-    pages = max(1, math.ceil(total / page_size))
     return Listing(
-        queue.name, state, counts, jobs, page, pages, offset + 1, throughput(history), due, limits
+        queue.name, state, counts, page, number, page_size, throughput(history), limits,
+        task, tasks,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What a search found: jobs with that id (in any queue shown), and tasks whose name
+    holds the text, each with the queue it runs on."""
+
+    query: str
+    jobs: Sequence[JobInfo]
+    tasks: Sequence[tuple[str, str]]  # (task, queue)
+
+
+async def search(app: App, names: Sequence[str], query: str) -> Found:
+    """Jobs whose id is ``query`` in the queues ``names``; the app's tasks whose name
+    holds it (any case), on those queues."""
+    infos = await asyncio.gather(*(app.queue(name).info(query) for name in names))
+    needle = query.casefold()
+    tasks = sorted(
+        (name, task.options.queue)
+        for name, task in app.tasks.items()
+        if needle in name.casefold() and task.options.queue in names
     )
+    return Found(query, [info for info in infos if info is not None], tasks)
 
 
 @dataclass(frozen=True, slots=True)

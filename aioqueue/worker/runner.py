@@ -165,11 +165,15 @@ def _find(job: J, env: RunEnv, owner: Owner[J]) -> tuple[Payload, Handler[..., A
 def _checked(
     taken: Taken, task: Handler[..., Any], payload: Payload | Settlement
 ) -> Payload | Settlement:
-    """The payload, if the task can take its arguments; else the job is buried."""
+    """The payload, its arguments decoded as the task's annotations declare, if the task
+    can take them; else the job is buried."""
     if isinstance(payload, Settlement):
         return payload
     try:
         task.check_arguments(payload.args, payload.kwargs)
+        if task.decoder is not None:  # what its annotations declare (core/arguments.py)
+            skip = 0 if payload.inputs is None else 1  # a parent's inputs come first
+            payload.args, payload.kwargs = task.decoder.decode(payload.args, payload.kwargs, skip)
     except TypeError as exc:  # retrying cannot help: the same arguments come back
         return bury(taken, "TypeError", f"wrong arguments for {task.name}: {exc}")
     return payload

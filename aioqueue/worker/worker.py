@@ -187,6 +187,8 @@ class Worker:
             "worker %s serving %s with concurrency %d", self.id, served,
             self.settings.concurrency,
         )  # fmt: skip
+        for unused in filter(None, map(self.registry.unused_queue, self.settings.queues)):
+            logger.warning("worker %s: %s", self.id, unused)
 
     async def _compose(self, redis: Redis) -> InFlight:
         """Build the components, now that their inputs exist (a client; the middleware and

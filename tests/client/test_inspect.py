@@ -66,7 +66,7 @@ async def test_scheduled_active_and_dead_jobs_are_listed(app: aioqueue.App) -> N
         worker.request_stop()
         await asyncio.wait_for(running, 10)
     with pytest.raises(ValueError, match="state must be one of"):
-        await queue.jobs("complete")  # type: ignore[arg-type]
+        await queue.jobs("finished")  # type: ignore[arg-type]
     with pytest.raises(aioqueue.ConfigError):
         await queue.jobs("ready", limit=-1)
 

@@ -54,7 +54,9 @@ async def test_headers_travel_from_enqueue_to_the_handler(app: aioqueue.App) -> 
     assert recorder.open_during_write == [False] * 3  # exited once the write was done
 
 
-async def test_workers_report_starts_and_outcomes(app: aioqueue.App) -> None:
+async def test_workers_report_starts_and_outcomes(
+    app: aioqueue.App, redis_url: str, prefix: str
+) -> None:
     recorder = app.add_observer(Recorder())
 
     @app.task(retries=1, backoff=aioqueue.Fixed(0))
@@ -68,7 +70,8 @@ async def test_workers_report_starts_and_outcomes(app: aioqueue.App) -> None:
 
     await flaky.enqueue()
     await fine.enqueue()
-    await app.queue().enqueue("no_such_task")
+    async with aioqueue.App(redis_url=redis_url, prefix=prefix) as producer:  # lacks the code
+        await producer.queue().enqueue("no_such_task")
     await drain(app)
     assert sorted((task, outcome) for task, outcome, _ in recorder.ended) == [
         ("fine", "complete"), ("flaky", "complete"), ("flaky", "retry"),

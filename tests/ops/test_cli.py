@@ -118,7 +118,9 @@ async def test_dead_commands(cli_env: dict[str, str], producer: aioqueue.App) ->
     code, _, _ = await run_cli(["worker", TARGET, "--burst"], env=cli_env)
     assert code == 0
     await wait_until(lambda: _is_dead(job))
-    code, out, _ = await run_cli(["dead", "purge", TARGET], env=cli_env)
+    code, _, err = await run_cli(["dead", "purge", TARGET], env=cli_env)  # no terminal
+    assert code == 2 and "confirm with --yes" in err
+    code, out, _ = await run_cli(["dead", "purge", TARGET, "--yes"], env=cli_env)
     assert code == 0 and "purged 1 job(s)" in out
     assert await producer.queue().info(job.id) is None
     await producer.close()

@@ -36,8 +36,10 @@ async def test_info_shows_each_queue_with_its_counts_and_rates(
     cells = [cell.strip() for cell in row.strip("│ ").split("│")]
     assert cells[:5] == ["default", "3 (p9:1 p1:2)", "1", "0", "1"]
     assert float(cells[5]) > 0  # two completed within the last minute
-    assert float(cells[6]) > 0  # and one failure
-    assert cells[7] == "none"  # the burst worker is gone
+    assert float(cells[6]) > 0  # and one failed for good (no retries)
+    assert float(cells[7]) == 0  # no retry
+    assert cells[8] == "none"  # the burst worker is gone
+    assert "fail/s (failed for good" in out  # what each rate means, on screen
     await producer.close()
 
 
@@ -107,7 +109,7 @@ async def test_job_show_and_cancel(cli_env: dict[str, str], producer: aioqueue.A
     assert code == 1 and "is cancelled: nothing to cancel" in out
 
     code, _, err = await run_cli(["job", "show", TARGET, "nope"], env=cli_env)
-    assert code == 2 and "no job 'nope' in queue 'default'" in err
+    assert code == 2 and "no job 'nope' in any queue of the app (default)" in err
     assert "Traceback" not in err
     await producer.close()
 

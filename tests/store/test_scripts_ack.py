@@ -273,16 +273,36 @@ async def test_a_job_id_that_is_not_utf8_is_settled_too(db: Redis, keys: QueueKe
 async def test_a_complete_record_keeps_what_status_and_result_need(
     db: Redis, keys: QueueKeys
 ) -> None:
-    """The payload is most of a record: a complete job drops it (and its priority and
-    stale retry error); failed and dead ones keep everything."""
+    """The payload is most of a record: a complete job drops it (and its stale retry
+    error) but keeps its task's name (field t, read from the payload) and its priority;
+    failed and dead ones keep everything."""
     job = await lease(db, keys, "a")
     await db.hset(keys.job("a"), "e", b'{"type":"Earlier","message":"","traceback":""}')
     assert await leasing.ack(db, keys, [settle(job, "complete", b"42")], result_ttl_ms=TTL) == [
         True
     ]
     record = await db.hgetall(keys.job("a"))
-    assert sorted(record) == [b"et", b"ft", b"m", b"n", b"r", b"s", b"st", b"w"]
-    assert record[b"r"] == b"42"
+    assert sorted(record) == [b"et", b"ft", b"m", b"n", b"pr", b"r", b"s", b"st", b"t", b"w"]
+    assert record[b"r"] == b"42" and record[b"t"] == b"a"
+
+
+@pytest.mark.parametrize(
+    ("payload", "task"),
+    [
+        (b'{"t":"send_email","a":[1]}', b"send_email"),
+        (b'{"a":[1],"t":"written \\"elsewhere\\""}', b'written "elsewhere"'),
+        (b"not json", None),
+    ],
+)
+async def test_a_complete_record_names_its_task_whoever_wrote_the_payload(
+    db: Redis, keys: QueueKeys, payload: bytes, task: bytes | None
+) -> None:
+    """orjson writes the task's name first; another client's payload may not: the name is
+    found either way, and a payload that is not JSON leaves none (the ack still settles)."""
+    job = await lease(db, keys, "a")
+    await db.hset(keys.job("a"), "p", payload)
+    assert await leasing.ack(db, keys, [settle(job, "complete", b"1")], result_ttl_ms=TTL) == [True]
+    assert await db.hget(keys.job("a"), "t") == task
 
 
 async def test_a_complete_record_can_keep_its_payload(db: Redis, keys: QueueKeys) -> None:
@@ -414,7 +434,7 @@ async def test_the_packed_ack_is_the_command_redis_py_would_send(
     script_keys = [
         keys.active, keys.schedule, keys.dead, keys.notify, keys.schedule_wake,
         keys.job_prefix, keys.done_prefix, *keys.ready_lists(), keys.history_prefix,
-        *keys.links(),
+        *keys.links(), keys.completed,
     ]  # fmt: skip
     sha = leasing._ACK.sha
     done = lifecycle.Settlement(b"a", "w:1", "complete", b"null")
@@ -424,12 +444,12 @@ async def test_the_packed_ack_is_the_command_redis_py_would_send(
     assert await leasing.ack(redis, keys, [done], result_ttl_ms=TTL, kept_ms=5) == [True, False]
     json = b'[["a","w:1","complete","null",0]]'
     args = [TTL, 5, 0, 0, keys.settled_channel, "json", json]
-    assert recorder.sent.pop() == _redis_py("EVALSHA", sha, 23, *script_keys, *args)
+    assert recorder.sent.pop() == _redis_py("EVALSHA", sha, 24, *script_keys, *args)
 
     await leasing.ack(redis, keys, [done, retry], result_ttl_ms=TTL, keep_payload=True)
     fields = [b"a", "w:1", "complete", b"null", 0, b"\xff", "w:2", "retry", b'"E"', 1500]
     args = [TTL, TTL, 1, 0, keys.settled_channel, "args", *fields]
-    assert recorder.sent.pop() == _redis_py("EVALSHA", sha, 23, *script_keys, *args)
+    assert recorder.sent.pop() == _redis_py("EVALSHA", sha, 24, *script_keys, *args)
 
 
 async def test_the_packed_offer_is_the_command_redis_py_would_send(

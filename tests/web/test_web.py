@@ -456,11 +456,11 @@ def test_the_chart_scales_bars_to_round_gridlines() -> None:
         [(0, 0), (30, 10), (15, 5)]
     )]  # fmt: skip
     chart = throughput(history)
-    assert (chart.complete, chart.failed) == (45, 15)
+    assert (chart.complete, chart.failed, chart.retried) == (45, 0, 15)  # retries apart
     assert [tick.label for tick in chart.y_ticks] == ["0", "10", "20", "30", "40"]
     empty, full, half = chart.bars
     assert empty.segments == ()
-    assert [s.kind for s in full.segments] == ["complete", "failed"]
+    assert [s.kind for s in full.segments] == ["complete", "retried"]
     plot = chart.bottom - chart.top
     assert full.segments[0].height + full.segments[1].height == pytest.approx(plot)
     assert half.segments[0].height == pytest.approx(full.segments[0].height / 2, abs=0.01)

@@ -19,13 +19,16 @@ KEYS[19..23] links                the keys of include/links.lua, as QueueKeys.li
              inputs_prefix        prefix of the parents' inputs hashes
              handoff        ZSET  outcomes for parents on other queues, to deliver there
              waiting        STRING how many jobs wait (behind a group, or for children)
+KEYS[24]     completed      ZSET  job id -> finished (ms): the newest complete jobs whose
+                                  record is kept (COMPLETED_LISTED), for the listings
 ARGV[1] result_ttl_ms  how long finished records with a result or an error are kept; 0
                        deletes them
 ARGV[2] kept_ms        how long a complete job with no result (None) is remembered: the
                        idempotency window of its id. Its record goes, its id is kept in a
                        done hash (include/done.lua); 0 keeps nothing
 ARGV[3] keep_payload   1: a complete record keeps its payload; 0: it keeps only its state,
-                       attempts, times and result (the payload is most of a record)
+                       attempts, times, result, priority and task name (field t, read
+                       from the payload, which is most of a record)
 ARGV[4] history_ms     how long per-minute outcome counts are kept (0: none are)
 ARGV[5] settled_channel  the queue's settled channel: finished ids are announced there
                        (include/settled.lua); '' announces nothing
@@ -64,7 +67,7 @@ another queue waits for it: the worker delivers it), -2 lease not held.
 -- @include links
 local active, schedule, dead, notify = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local schedule_wake, job_prefix, done_prefix, READY = KEYS[5], KEYS[6], KEYS[7], 8
-local history_prefix, LINKS = KEYS[18], 19
+local history_prefix, LINKS, completed = KEYS[18], 19, KEYS[24]
 local result_ttl_ms, kept_ms, keep_payload = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local history_ms, settled_channel, format = tonumber(ARGV[4]), ARGV[5], ARGV[6]
 local SETTLEMENTS = 7
@@ -72,6 +75,11 @@ local now = redis_clock()
 local counts, finished = {}, {} -- outcome code -> n; ids of jobs that finished
 local unleased = {} -- ids whose leases go, in one ZREM at the end
 local marks = {} -- completed ids to remember, by done hash (include/done.lua)
+local listed = {} -- ZADD arguments: completed jobs whose record is kept, for the listings
+-- The completed index lists the newest this many (a dashboard's list, not a history):
+-- only jobs that keep a record (a result, or keep_payload) enter it, so a job that
+-- returned None costs it nothing.
+local COMPLETED_LISTED = 1000
 local L = links_context(LINKS, {
   job_prefix = job_prefix, ready = READY, notify = notify, schedule = schedule,
   schedule_wake = schedule_wake, now = now, result_ttl_ms = result_ttl_ms, finished = finished,
@@ -81,29 +89,57 @@ local L = links_context(LINKS, {
 local CODE = {complete = 'c', retry = 'r', bury = 'd', fail = 'f', abort = 'x'}
 local FINAL = {complete = true, bury = true, fail = true, abort = true, expire = true}
 
+-- The task's name in a payload: orjson writes it first ({"t":"name",...}); a payload
+-- another client wrote may put it elsewhere (or not be JSON: then there is none).
+local function task_name(payload)
+  if not payload then return nil end
+  local name = string.match(payload, '^{"t":"([^"\\]*)"')
+  if name then return name end
+  local ok, body = pcall(cjson.decode, payload)
+  if ok and type(body) == 'table' and type(body.t) == 'string' then return body.t end
+  return nil
+end
+
 local function finish(key, state, field, data)
   redis.call('HSET', key, 's', state, field, data, 'ft', now)
   expire_record(key, result_ttl_ms)
 end
 
--- A complete job keeps what its status, result and id's idempotency need: with a result,
--- a record without the payload (unless asked to keep it), the priority or a retry's
--- error, but with its lease owner (so that a resent ack finds it settled); with none, no
--- record, only its id in a done hash (a workflow's parent keeps its record: its children's
--- counts stay readable). Failed and dead ones keep everything.
+-- A complete job keeps what its status, result and id's idempotency need, and what names
+-- it: with a result, a record without the payload (unless asked to keep it) but with its
+-- task's name (field t, a few bytes: the payload is most of a record) and priority, its
+-- lease owner (so that a resent ack finds it settled) and not a retry's error; with none,
+-- no record, only its id in a done hash (a workflow's parent keeps its record: its
+-- children's counts stay readable). Failed and dead ones keep everything.
 local function complete(id, key, data, parent)
   if data == 'null' and keep_payload ~= '1' and not parent then
     redis.call('DEL', key)
     if kept_ms > 0 then mark_done(marks, done_prefix, id, now, kept_ms) end
     return
   end
-  redis.call('HDEL', key, 'pr', 'e')
-  if keep_payload ~= '1' then redis.call('HDEL', key, 'p') end
-  if data == 'null' then
-    redis.call('HSET', key, 's', 'complete', 'ft', now)
-    expire_record(key, kept_ms)
+  local fields = {'s', 'complete', 'ft', now}
+  if keep_payload ~= '1' then
+    local task = task_name(redis.call('HGET', key, 'p'))
+    if task then fields[#fields + 1], fields[#fields + 2] = 't', task end
+    redis.call('HDEL', key, 'p', 'e')
   else
-    finish(key, 'complete', 'r', data)
+    redis.call('HDEL', key, 'e')
+  end
+  if data ~= 'null' then fields[#fields + 1], fields[#fields + 2] = 'r', data end
+  redis.call('HSET', key, unpack(fields))
+  local ttl_ms = data == 'null' and kept_ms or result_ttl_ms
+  expire_record(key, ttl_ms)
+  if ttl_ms > 0 then listed[#listed + 1], listed[#listed + 2] = now, id end
+end
+
+-- Index the completed jobs that keep a record: the newest COMPLETED_LISTED, none older
+-- than a record lives (the listings skip an id whose record went before that).
+local function list_completed()
+  if #listed == 0 then return end
+  redis.call('ZADD', completed, unpack(listed))
+  redis.call('ZREMRANGEBYSCORE', completed, '-inf', '(' .. (now - result_ttl_ms))
+  if redis.call('ZCARD', completed) > COMPLETED_LISTED * 1.1 then -- trim now and then
+    redis.call('ZREMRANGEBYRANK', completed, 0, -COMPLETED_LISTED - 1)
   end
 end
 
@@ -184,6 +220,7 @@ else
 end
 if #unleased > 0 then redis.call('ZREM', active, unpack(unleased)) end
 write_done(marks)
+list_completed()
 count_history(history_prefix, now, history_ms, counts)
 announce_settled(settled_channel, finished)
 return codes

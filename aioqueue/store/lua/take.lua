@@ -41,7 +41,7 @@ KEYS[4]     seq       STRING counter for minted ids
 KEYS[5]     job_prefix        prefix of job records; carries the queue's hash tag
 KEYS[6..15] ready     LIST  ready lists of priorities 0..9
 KEYS[16]    schedule  ZSET  job id -> due time (ms)
-KEYS[17]    skips     STRING ready entries of cancelled jobs; less one per entry skipped
+KEYS[17]    skipped   HASH  priority -> ready entries of cancelled jobs; less one per skip
 KEYS[18]    done_prefix       prefix of the done hashes (include/done.lua); carries the tag
 KEYS[19]    paused    STRING set while the queue is paused: nothing is taken (promotion
                             goes on, so due jobs wait in ready for the resume)
@@ -84,7 +84,7 @@ time et; -1 if unknown), by the Redis clock.
 -- @include poison
 -- @include promote_due
 local active, notify, dead, seq, job_prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local READY, schedule, skips, done_prefix = 6, KEYS[16], KEYS[17], KEYS[18]
+local READY, schedule, skipped, done_prefix = 6, KEYS[16], KEYS[17], KEYS[18]
 local paused, limits_key, rate_key = KEYS[19], KEYS[20], KEYS[21]
 local taken_prefix, taken_key = KEYS[22], KEYS[23]
 local lease, lease_ms, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -152,7 +152,7 @@ end
 local deadline = now + lease_ms
 local taken, popped, taken_ids = 0, 0, {}
 
-local function take_one(id)
+local function take_one(id, priority)
   local key = job_prefix .. id
   local record = redis.pcall('HMGET', key, 's', 'p', 'n', 'm', 'qt', 'et')
   if record.err then
@@ -174,7 +174,9 @@ local function take_one(id)
     bury_foreign(dead, seq, job_prefix, now, id, 'ready entry has no job record')
   elseif state == 'cancelled' then -- its last ready entry: the record may expire now
     expire_record(key, result_ttl_ms)
-    redis.call('DECR', skips)
+    if redis.call('HINCRBY', skipped, priority, -1) <= 0 then
+      redis.call('HDEL', skipped, priority) -- (below 0: counted by an older version)
+    end
   end
   -- any other state (a duplicate entry of a queued or running job): already recorded
 end
@@ -185,7 +187,7 @@ local function drain(priority, want)
     local ids = redis.call('LPOP', KEYS[READY + priority], goal - taken)
     if not ids then return end
     popped = popped + #ids
-    for i = 1, #ids do take_one(ids[i]) end
+    for i = 1, #ids do take_one(ids[i], priority) end
   end
 end
 

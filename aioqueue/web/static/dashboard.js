@@ -1,9 +1,11 @@
 /* aioqueue dashboard: refresh the [data-live] part of the page every 2 s, ask before
-   destructive actions, and show an action's banner only once. Plain JS, no library.
+   destructive actions, select jobs for a bulk action, and show an action's banner only
+   once. Plain JS, no library.
 
    A refresh never lands under the user's hand: not while a button is pressed, a control
-   inside the live part has the keyboard focus, text in it is selected, or a form is being
-   sent; and an unchanged fragment leaves the page alone. */
+   inside the live part has the keyboard focus, text in it is selected, jobs are selected
+   for a bulk action, or a form is being sent; and an unchanged fragment leaves the page
+   alone. */
 (function () {
   "use strict";
   var PERIOD_MS = 2000;
@@ -18,8 +20,12 @@
     if (status) status.setAttribute("data-state", state);
   }
 
+  function selected() {
+    return live ? live.querySelectorAll("input[data-select]:checked").length : 0;
+  }
+
   function inUse() {
-    if (pressed || leaving || document.hidden) return true;
+    if (pressed || leaving || document.hidden || selected() > 0) return true;
     var focused = document.activeElement;
     if (focused && focused !== document.body && live.contains(focused)) return true;
     var selection = window.getSelection();
@@ -35,6 +41,7 @@
     if (html === shown || inUse()) return;
     live.innerHTML = html;
     shown = html;
+    updateBulk();
   }
 
   function refresh() {
@@ -59,14 +66,50 @@
     status.hidden = true;
   }
 
+  function jobs(n) { return n + (n === 1 ? " job" : " jobs"); }
+
+  // The bulk bar: how many are selected, its buttons usable only then; "select all".
+  function updateBulk() {
+    var n = selected();
+    document.querySelectorAll("[data-selected]").forEach(function (label) {
+      label.textContent = n ? jobs(n) + " selected" : "None selected";
+    });
+    document.querySelectorAll("form[data-bulk] button").forEach(function (button) {
+      button.disabled = n === 0;
+    });
+    var all = document.querySelector("input[data-select-all]");
+    if (all) {
+      var boxes = live ? live.querySelectorAll("input[data-select]").length : 0;
+      all.checked = boxes > 0 && n === boxes;
+      all.indeterminate = n > 0 && n < boxes;
+    }
+    if (status) status.setAttribute("data-state", n ? "paused" : "ok");
+    if (status) status.textContent = n ? "paused" : "live";
+  }
+
+  document.addEventListener("change", function (event) {
+    var target = event.target;
+    if (target.matches("input[data-select-all]")) {
+      document.querySelectorAll("input[data-select]").forEach(function (box) {
+        box.checked = target.checked;
+      });
+    }
+    if (target.matches("input[data-select], input[data-select-all]")) updateBulk();
+  });
+
   document.addEventListener("submit", function (event) {
-    var message = event.target.getAttribute("data-confirm");
+    var submitter = event.submitter;
+    var message = (submitter && submitter.getAttribute("data-confirm")) ||
+      event.target.getAttribute("data-confirm");
+    if (message && event.target.hasAttribute("data-bulk")) {
+      message = message.replace("{n}", jobs(selected()));
+    }
     if (message && !window.confirm(message)) {
       event.preventDefault();
       return;
     }
     leaving = true;  // the page is about to be replaced: stop touching it
-    var button = event.target.querySelector("button[type=submit]");
+    var button = submitter || event.target.querySelector("button[type=submit]");
     if (button) button.disabled = true;  // one click, one action
   });
 
@@ -75,6 +118,7 @@
     document.querySelectorAll("button[type=submit][disabled]").forEach(function (button) {
       button.disabled = false;
     });
+    updateBulk();
   });
 
   var here = new URL(window.location.href);

@@ -1,6 +1,6 @@
 --[[ cancel: stop a job. A queued job is marked cancelled and its ready entry is skipped at
-take time (O(1), no scan of the list; the skips counter says how many such entries the
-ready lists hold, so that counts stay true); a scheduled job leaves the schedule (O(log n)); a
+take time (O(1), no scan of the list; the skipped hash says how many such entries each
+ready list holds, so that counts stay true); a scheduled job leaves the schedule (O(log n)); a
 running job is marked for abort (field ab) and its id is published on the queue's abort
 channel, so that whichever worker runs it cancels its asyncio task at once (workers that
 miss the message see the mark when they renew leases, and reclaim honours it).
@@ -11,7 +11,7 @@ as failed (a cancelled batch's callbacks get its counts so far).
 
 KEYS[1]      job_prefix           prefix of job records; carries the queue's hash tag
 KEYS[2]      schedule       ZSET  job id -> due time (ms)
-KEYS[3]      skips          STRING ready entries of cancelled jobs
+KEYS[3]      skipped        HASH  priority -> ready entries of cancelled jobs
 KEYS[4]      notify         LIST  wake-up tokens
 KEYS[5]      schedule_wake  LIST  at most one token for pollers
 KEYS[6..10]  links                the keys of include/links.lua, as QueueKeys.links():
@@ -37,6 +37,16 @@ local function redis_clock()
   local time = redis.call('TIME')
   local seconds, micros = tonumber(time[1]), tonumber(time[2])
   return seconds * 1000 + math.floor(micros / 1000), seconds * 1000000 + micros
+end
+-- ready: the ready list of a job's priority. The script declares the ten ready lists as
+-- KEYS[first .. first + 9] (priorities 0..9); a priority read from a record is clamped
+-- to 0..9 (ready_level), so a damaged field still lands in a declared key.
+local function ready_level(priority)
+  return math.max(0, math.min(9, tonumber(priority or 0) or 0))
+end
+
+local function ready_key(first, priority)
+  return KEYS[first + ready_level(priority)]
 end
 -- record: a finished job record is kept `ttl_ms` (its status and result stay readable, and
 -- its id stays an idempotency key), then expires; a ttl of 0 deletes it at once.
@@ -97,12 +107,7 @@ end
 -- finished (a list: ids to announce on the settled channel), and the five link keys:
 -- groups, group_prefix, inputs_prefix, handoff, waiting (the count of waiting jobs);
 -- handed_off is set when an outcome went to the handoff ZSET.
--- ready: the ready list of a job's priority. The script declares the ten ready lists as
--- KEYS[first .. first + 9] (priorities 0..9); a priority read from a record is clamped
--- to 0..9, so a damaged field still lands in a declared key.
-local function ready_key(first, priority)
-  return KEYS[first + math.max(0, math.min(9, tonumber(priority or 0) or 0))]
-end
+-- (ready: included above)
 -- (record: included above)
 -- schedule: put job `id` on the schedule, due at `due` (ms), in FIFO order among the jobs
 -- due in the same millisecond: its score is `due` plus a fraction of a millisecond just
@@ -280,13 +285,13 @@ local function follow_links(L, id, ok, data, g, pa, pi, pt, pq, buried)
   if pt and not buried then redis.call('DEL', L.inputs_prefix .. id) end
   if pa then report_to_parents(L, pa, pi, ok, data, pq) end
 end
-local job_prefix, schedule, skips, notify = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local job_prefix, schedule, skipped, notify = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local schedule_wake, LINKS, READY = KEYS[5], 6, 11
 local id, result_ttl_ms, abort_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local settled_channel = ARGV[4]
 local job = job_prefix .. id
 
-local record = redis.call('HMGET', job, 's', 'g', 'pa', 'pi', 'pt', 'pq')
+local record = redis.call('HMGET', job, 's', 'g', 'pa', 'pi', 'pt', 'pq', 'pr')
 local state = record[1]
 if not state then return {-1, ''} end
 if state == 'active' then
@@ -305,7 +310,7 @@ local L = links_context(LINKS, {
 local reason = error_json('JobCancelled', 'cancelled before it ran')
 redis.call('HSET', job, 's', 'cancelled', 'ft', now, 'e', reason)
 if state == 'queued' then -- its ready entry stays until take skips it
-  redis.call('INCR', skips)
+  redis.call('HINCRBY', skipped, ready_level(record[7]), 1)
 else -- no entry left anywhere (a group's list skips it): the record may expire now
   if state == 'scheduled' then redis.call('ZREM', schedule, id) else redis.call('DECR', L.waiting) end
   expire_record(job, result_ttl_ms)

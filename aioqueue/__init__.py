@@ -19,11 +19,13 @@ from .client.topics import DeadMessage, GroupInfo, Topic, TopicInfo
 from .client.workflows import Batch, BatchSummary, Flow, FlowStatus, Workflow, chain, chord, flow
 from .core import __version__
 from .core.backoff import Backoff, Exponential, Fixed
+from .core.dependencies import Depends
 from .core.errors import (
     AioqueueError,
     AuthenticationFailed,
     ChildFailed,
     ConfigError,
+    DependencyFailed,
     EnqueueError,
     EnqueueUnconfirmed,
     InvalidArguments,
@@ -74,6 +76,8 @@ __all__ = [
     "ChildFailed",
     "ConfigError",
     "DeadMessage",
+    "DependencyFailed",
+    "Depends",
     "EnqueueCall",
     "EnqueueError",
     "EnqueueUnconfirmed",

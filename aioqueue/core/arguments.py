@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .converters import Convert, converter, json_default
+from .dependencies import job_signature
 from .errors import SerializationError
 
 if TYPE_CHECKING:
@@ -105,10 +106,10 @@ def _apply(convert: Convert, value: Any, name: str) -> Any:
 def decoder_for(fn: Callable[..., Any]) -> ArgumentDecoder | None:
     """The converters a handler's annotations call for, or None if every parameter is
     JSON-native (then the worker decodes nothing). Annotations that do not resolve (a
-    name only imported for type checking) count as unannotated."""
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):
+    name only imported for type checking) count as unannotated; injected parameters
+    (``Depends``) are no arguments."""
+    signature = job_signature(fn)
+    if signature is None:
         return None
     hints = _hints(fn, signature)
     positional: list[tuple[str, Convert | None]] = []
@@ -198,13 +199,12 @@ def check_sent(
 
 
 def _parameter_names(handler: Callable[..., Any] | None) -> list[str]:
-    """The names of the positional parameters (none known: arguments go by position)."""
-    if handler is None:
+    """The names of the positional parameters, injected ones left out (none known:
+    arguments go by position)."""
+    signature = None if handler is None else job_signature(handler)
+    if signature is None:
         return []
-    try:
-        parameters = inspect.signature(handler).parameters.values()
-    except (TypeError, ValueError):
-        return []
+    parameters = signature.parameters.values()
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     return [parameter.name for parameter in parameters if parameter.kind in kinds]
 

@@ -17,6 +17,7 @@ AioqueueError
 │                            or an enqueue names a task its queue's tasks in this app lack
 ├── PayloadError             bytes in a queue are not an aioqueue job: the job goes dead
 ├── HandlerTimeout           a handler ran past its timeout: uncancellable, or blocked the loop
+├── DependencyFailed         a provider of a handler's Depends() raised; has .provider
 ├── LeaseExpired             a job's worker died or stalled past its lease, its attempts used
 ├── LeaseLost                a worker's ack found the job's lease passed to another worker
 ├── ServerUnavailable        no Redis server to talk to (none configured, none reachable)
@@ -28,9 +29,10 @@ AioqueueError
     ├── PermissionDenied     the ACL user may not run a command or touch a key
     └── ServerOutOfMemory    maxmemory reached (noeviction): the command wrote nothing
 
-UnknownTask, PayloadError, HandlerTimeout and LeaseExpired are raised inside a worker and
-recorded as the dead job's error (``JobFailed.error_type`` names them; hooks get the
-error); LeaseLost is what a worker logs when Redis refuses its ack.
+UnknownTask, PayloadError, HandlerTimeout, DependencyFailed and LeaseExpired are raised
+inside a worker and recorded as the failed attempt's or dead job's error
+(``JobFailed.error_type`` names them; hooks get the error); LeaseLost is what a worker
+logs when Redis refuses its ack.
 
 Retry is deliberately not an AioqueueError: handlers raise it to ask for another
 attempt, and a broad ``except AioqueueError`` must not swallow it.
@@ -159,6 +161,16 @@ class PayloadError(AioqueueError, ValueError):
 class HandlerTimeout(AioqueueError, TimeoutError):
     """A handler ran past its timeout: it swallowed the cancellation, blocked the loop, or
     ran in a thread (a plain def), which cannot be stopped."""
+
+
+class DependencyFailed(AioqueueError):
+    """A provider of a handler's ``Depends()`` raised (the cause is its error): the attempt
+    failed, retried by the task's policy; or, for a worker-scoped one, the worker did not
+    start. ``provider`` names it."""
+
+    def __init__(self, provider: str, message: str) -> None:
+        super().__init__(message)
+        self.provider = provider
 
 
 class LeaseExpired(AioqueueError):

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypedDict, TypeVar
 
 from .backoff import Backoff, Exponential
+from .dependencies import injection_for
 from .errors import ConfigError
 from .keys import validate_name
 from .limits import QueueLimits, make_limits
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
 
     from .arguments import ArgumentDecoder
+    from .dependencies import Injection
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -106,10 +108,14 @@ class Handler(Generic[P, R]):
     """A registered handler with its options and hooks: what a worker runs for a job.
 
     Calling it runs the handler in-process (an async handler returns its coroutine).
+    Its parameters declared with ``Depends()`` are no job arguments: ``injection`` says
+    what the worker fills them with (None: it has none), ``signature`` is what a job's
+    arguments bind to (the handler's, without them).
     """
 
     __slots__ = (
-        "_priority", "_shapes", "decoder", "fn", "hooks", "is_async", "options", "signature",
+        "_priority", "_shapes", "decoder", "fn", "hooks", "injection", "is_async", "options",
+        "signature",
     )  # fmt: skip
 
     def __init__(
@@ -118,7 +124,10 @@ class Handler(Generic[P, R]):
         self.fn = fn
         self.options = options
         self.is_async = inspect.iscoroutinefunction(fn)
-        self.signature = inspect.signature(fn)
+        # read once: a worker pays a truth test per job for a handler with no Depends()
+        self.injection: Injection | None = injection_for(fn, f"task {options.name!r}")
+        injection = self.injection
+        self.signature = inspect.signature(fn) if injection is None else injection.job_signature
         self.hooks = TaskHooks()
         self._priority = resolve_priority(options.priority)  # every enqueue reads it
         self._shapes: dict[tuple[int, frozenset[str]], str | None] = {}
@@ -139,7 +148,14 @@ class Handler(Generic[P, R]):
         return f"{type(self).__name__}({self.name!r}, queue={self.options.queue!r})"
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
-        """Call the handler in-process (an async handler returns its coroutine)."""
+        """Call the handler in-process (an async handler returns its coroutine). Its
+        injected parameters are not filled here: pass them (``db=...``)."""
+        if self.injection is not None and (missing := self.injection.names - kwargs.keys()):
+            names = ", ".join(map(self.injection.describe, sorted(missing)))
+            raise TypeError(
+                f"{self.name}: called in-process, its injected parameter(s) {names} must be "
+                "passed by name (a worker fills them; a direct call does not)"
+            )
         return self.fn(*args, **kwargs)
 
     def on_success(self, hook: SuccessHook) -> SuccessHook:
@@ -173,14 +189,29 @@ class Handler(Generic[P, R]):
         if shape not in self._shapes:
             if len(self._shapes) > 256:  # callers with endlessly varied keywords
                 self._shapes.clear()
-            try:
-                self.signature.bind(*args, **kwargs)
-                self._shapes[shape] = None
-            except TypeError as exc:
-                self._shapes[shape] = str(exc)
+            self._shapes[shape] = self._refusal(args, kwargs)
         error = self._shapes[shape]
         if error is not None:
             raise TypeError(error)
+
+    def _refusal(self, args: Any, kwargs: Any) -> str | None:
+        """Why these arguments do not bind to the handler's job parameters, or None."""
+        injection = self.injection
+        if injection is not None and (given := injection.names & kwargs.keys()):
+            names = ", ".join(map(injection.describe, sorted(given)))
+            if len(given) == 1:
+                return (
+                    f"parameter {names} is filled by the worker, not a job argument: leave it out"
+                )
+            return f"parameters {names} are filled by the worker, not job arguments: leave them out"
+        try:
+            self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            if injection is None:
+                return str(exc)
+            names = ", ".join(map(injection.describe, sorted(injection.names)))
+            return f"{exc} (not counting {names}, which the worker fills)"
+        return None
 
 
 class Subscriber:
@@ -204,7 +235,7 @@ class Subscriber:
 
     def __call__(self, body: Any) -> Any:
         """Run the handler in-process (a test's shortcut)."""
-        return self.task.fn(body)
+        return self.task(body)
 
     def on_success(self, hook: SuccessHook) -> SuccessHook:
         return self.task.on_success(hook)
@@ -224,11 +255,14 @@ def subscriber_run_name(topic: str, group: str) -> str:
 
 
 def check_subscriber(fn: Callable[..., Any], topic: str, group: str) -> None:
-    """A subscriber takes the message body as its one positional argument."""
+    """A subscriber takes the message body as its one positional argument (and what it
+    declares with ``Depends()``)."""
     validate_name("topic", topic)
     validate_name("subscriber group", group)
+    injection = injection_for(fn, f"subscriber {fn.__name__!r} of topic {topic!r}")
+    signature = inspect.signature(fn) if injection is None else injection.job_signature
     try:
-        inspect.signature(fn).bind(None)
+        signature.bind(None)
     except TypeError as exc:
         raise ConfigError(
             f"subscriber {fn.__name__!r} of topic {topic!r} must take the message body as "

@@ -73,7 +73,7 @@ class InFlight(Component):
         self._deadlines: Deadlines[RunningJob] = Deadlines(self.time_out)
         self._abandoned: set[asyncio.Task[None]] = set()
         self._hooks: set[asyncio.Task[None]] = set()  # hooks run outside a job's own task
-        self._outliving: asyncio.Task[None] | None = None  # _hold_leases, after shutdown
+        self.outliving: asyncio.Task[None] | None = None  # _hold_leases, after shutdown
         self._cut_short = asyncio.Event()  # set by cancel_all: the grace is over
 
     def admit(self, taken: Taken, acks: Batcher, *, reserved: bool = True) -> None:
@@ -317,7 +317,7 @@ class InFlight(Component):
         self._env.threads.close()
         if self.running:
             hold = self._hold_leases(settings.lease_ms)
-            self._outliving = asyncio.get_running_loop().create_task(hold)
+            self.outliving = asyncio.get_running_loop().create_task(hold)
         for task in self._abandoned:
             task.cancel()
         if self._hooks:

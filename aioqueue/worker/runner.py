@@ -30,6 +30,7 @@ from ..core.middleware import JobContext, Middleware, call_hooks, enter_job, wra
 from ..core.observers import JobWatchers
 from ..core.payload import Payload, decode_inputs, encode_error, encode_result
 from ..core.records import ErrorInfo
+from . import injection
 from .threads import HandlerThreads
 
 if TYPE_CHECKING:
@@ -54,6 +55,8 @@ class RunEnv:
     # a workflow parent's inputs hash, by queue name and job id (reads.inputs)
     read_inputs: Callable[[str, bytes], Awaitable[Mapping[bytes, bytes]]] | None = None
     threads: HandlerThreads = field(default_factory=HandlerThreads)  # plain def handlers'
+    # worker-scoped dependencies' values, by provider (injection.WorkerResources.values)
+    provided: Mapping[Callable[..., Any], Any] = field(default_factory=dict)
 
 
 class Run(Protocol):
@@ -126,7 +129,7 @@ async def run_job(job: J, env: RunEnv, owner: Owner[J]) -> Settlement:
     timeout = payload.timeout or task.options.timeout
     context = _context(taken, job.queue, task, env, payload.headers, job.acks)
     enter_job(context)
-    call = _handler_call(task, payload, env.threads, job)
+    call = _handler_call(task, payload, env, job, context)
     if env.middleware:
         call = wrap(env.middleware, context, call)
     try:
@@ -283,23 +286,31 @@ async def expired_hooks(env: RunEnv, queue: str, job: Taken, error: BaseExceptio
 
 
 def _handler_call(
-    task: Handler[..., Any], payload: Payload, threads: HandlerThreads, job: Run
+    task: Handler[..., Any], payload: Payload, env: RunEnv, job: Run, context: JobContext
 ) -> CallNext:
-    async def call() -> Any:
-        return await _invoke(task, payload, threads, job)
-
-    return call
+    threads, args, kwargs = env.threads, payload.args, payload.kwargs
+    if task.injection is None:  # no Depends() (read once, at registration)
+        return functools.partial(_invoke, task, threads, job, args, kwargs)
+    invoke = functools.partial(_invoke, task, threads, job, args)  # (given its kwargs)
+    return functools.partial(
+        injection.call_injected, task.injection, invoke, kwargs, context, env.provided, threads,
+        job,
+    )  # fmt: skip
 
 
 async def _invoke(
-    task: Handler[..., Any], payload: Payload, threads: HandlerThreads, job: Run
+    task: Handler[..., Any],
+    threads: HandlerThreads,
+    job: Run,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
 ) -> Any:
     """Call the handler: a plain ``def`` in a thread, which nothing can stop: a cancellation
     waits until it returns (``threads``; its owner knows it runs there by ``job``), and the
     owner settles the job by what it did."""
     if task.is_async:
-        return await task.fn(*payload.args, **payload.kwargs)
-    call = functools.partial(_call_in_thread, task.fn, payload.args, payload.kwargs)
+        return await task.fn(*args, **kwargs)
+    call = functools.partial(_call_in_thread, task.fn, args, kwargs)
     result = await threads.run(call, job)
     if inspect.isawaitable(result):  # a plain callable that returned a coroutine
         result = await result

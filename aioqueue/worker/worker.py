@@ -43,6 +43,7 @@ from .consumer import QueueConsumer
 from .delivery import HandOff
 from .heartbeat import Heartbeat
 from .inflight import InFlight
+from .injection import WorkerResources
 from .leases import LeaseKeeper
 from .looplag import LoopLagMonitor
 from .loops import Component, stop_all, wait_event
@@ -134,6 +135,7 @@ class Worker:
         )  # fmt: skip
         self.id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self.state: dict[str, Any] = {}  # shared resources from the app's startup hooks
+        self._resources = WorkerResources(registry, self.state)  # and worker-scoped Depends()
         self._inflight: InFlight | None = None  # built by start(), with the other components
         self._burst_watch: asyncio.Task[None] | None = None
         self._consumers: list[QueueConsumer | TopicConsumer] = []
@@ -172,8 +174,7 @@ class Worker:
         if redis is None:  # asked to stop before Redis answered
             self._stopped = True
             return
-        for hook in self.registry.startup_hooks:
-            await hook(self.state)
+        await self._resources.open()  # startup hooks, worker-scoped dependencies
         inflight = await self._compose(redis)
         settling = (inflight, *self._acks, *self._topic_acks)
         for component in (*self._intake, *settling, *self._background):
@@ -197,6 +198,7 @@ class Worker:
         env = RunEnv(
             registry.find_task, tuple(registry.middleware), self.state,
             JobWatchers.of(registry.observers), functools.partial(reads.inputs, redis, prefix),
+            provided=self._resources.values,
         )  # fmt: skip
         inflight = self._inflight = InFlight(
             env, concurrency=self.settings.concurrency, log_jobs=self.settings.log_jobs
@@ -367,11 +369,8 @@ class Worker:
             await inflight.finish(self.settings, force=self._force)
             await stop_all([*self._acks, *self._topic_acks])
             await stop_all([inflight, *self._background])
-        for hook in reversed(self.registry.shutdown_hooks):
-            try:
-                await hook(self.state)
-            except Exception:
-                logger.exception("shutdown hook %r failed", getattr(hook, "__name__", hook))
+        # after the jobs (those left in threads: once they end), then the shutdown hooks
+        await self._resources.close(inflight.outliving if inflight else None)
         logger.info("worker %s stopped: %s", self.id, dict(self.outcomes))
 
     async def _burst_busy(self) -> bool:

@@ -7,20 +7,22 @@ against the task's signature), the worker to run the task::
     aioqueue worker examples.fastapi_app.tasks:app --grace 30
 
 It imports nothing of the web side (no FastAPI, no pydantic), so a worker image or
-virtualenv needs only aioqueue.
+virtualenv needs only aioqueue. What the task needs besides its arguments it declares
+with ``aioqueue.Depends``, from the providers the API uses too (``resources.py``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from typing import TypedDict
 
 import aioqueue
+from aioqueue import Depends
+
+from .resources import Renderer, Settings, get_settings, open_renderer
 
 REPORTS = "reports"
 MAX_PAGES = 50
-SECONDS_PER_PAGE = 0.2  # how long render_page() pretends to work
 
 # No URL in code: every process reads AIOQUEUE_REDIS_URL (and AIOQUEUE_PREFIX), so one
 # image serves every environment. The default queue is the example's own, so that
@@ -37,23 +39,25 @@ class Report(TypedDict):
     url: str
 
 
-async def render_page(title: str, page: int) -> str:
-    """One page of a report: the slow part (a query, a chart, a PDF page) stands here."""
-    await asyncio.sleep(SECONDS_PER_PAGE)
-    return f"{title}, page {page}: " + " ".join(f"figure-{page}-{n}" for n in range(10 * page))
-
-
 # ValueError means bad input: another attempt would fail the same way, so it goes
 # straight to the dead set; anything else (a flaky database, a timeout) is retried twice.
 @app.task(timeout=120, retries=2, never_retry=(ValueError,))
-async def build_report(title: str, pages: int) -> Report:
+async def build_report(
+    title: str,
+    pages: int,
+    *,
+    # Injected by the worker, never job arguments: `build_report.enqueue(title, pages)`
+    # type-checks without them (a default of Depends(...) makes them optional for mypy).
+    renderer: Renderer = Depends(open_renderer, scope="worker"),  # one per worker
+    settings: Settings = Depends(get_settings),  # per job
+    job: aioqueue.JobContext = Depends(aioqueue.current_job),
+) -> Report:
     """Render ``pages`` pages, reporting progress after each, and "store" the result."""
     if not 1 <= pages <= MAX_PAGES:
         raise ValueError(f"pages must be between 1 and {MAX_PAGES}, got {pages}")
-    job = aioqueue.current_job()
     digest, words = hashlib.sha256(), 0
     for page in range(1, pages + 1):
-        text = await render_page(title, page)
+        text = await renderer.page(title, page)
         digest.update(text.encode())
         words += len(text.split())
         # One small write per page: readers see it at once with `await job.progress()`.
@@ -65,5 +69,5 @@ async def build_report(title: str, pages: int) -> Report:
         "title": title,
         "pages": pages,
         "words": words,
-        "url": f"https://files.example.com/reports/{digest.hexdigest()[:16]}.pdf",
+        "url": f"{settings.files_url}/{digest.hexdigest()[:16]}.pdf",
     }

@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field
 
 import aioqueue
 
-from . import tasks
+from . import resources, tasks
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +55,9 @@ def reports_queue() -> aioqueue.Queue:
 
 
 ReportsQueue = Annotated[aioqueue.Queue, Depends(reports_queue)]
+# The worker's own provider (tasks.build_report takes it with aioqueue.Depends): here
+# FastAPI opens a renderer per request and closes it once the response is sent.
+PageRenderer = Annotated[resources.Renderer, Depends(resources.open_renderer)]
 
 api = FastAPI(title="Reports (aioqueue example)", lifespan=lifespan)
 
@@ -86,6 +89,12 @@ class Report(BaseModel):
     pages: int
     words: int
     url: str
+
+
+class PagePreview(BaseModel):
+    title: str
+    page: int
+    text: str
 
 
 class Failure(BaseModel):
@@ -188,6 +197,17 @@ async def wait_for_report(
     except (aioqueue.JobFailed, aioqueue.JobCancelled):
         pass  # settled, just not successfully: the body says how
     return await describe(job)
+
+
+@api.get("/preview")
+async def preview_page(
+    renderer: PageRenderer,
+    title: Annotated[str, Query(min_length=1, max_length=200)],
+    page: Annotated[int, Query(ge=1, le=tasks.MAX_PAGES)] = 1,
+) -> PagePreview:
+    """One page, rendered in the request (a whole report is a job: POST /reports), by
+    the same code the worker renders reports with."""
+    return PagePreview(title=title, page=page, text=await renderer.page(title, page))
 
 
 @api.get("/healthz")

@@ -2,11 +2,12 @@
 
 Most tests run the API in-process (httpx's ASGITransport, with the lifespan entered here:
 the transport sends no lifespan events) and a worker of the example's App in the same
-event loop, with ``tasks.render_page`` replaced by a stand-in that the test lets through
-page by page. The last test runs it as it is deployed: uvicorn and an `aioqueue worker`
-process, started by ``python -m examples.fastapi_app``. The deploy files (examples/deploy)
-are checked against the real CLI: their commands parse, and every kill timeout leaves the
-worker its grace.
+event loop, with ``resources.render_page`` replaced by a stand-in that the test lets
+through page by page. The providers in ``resources.py`` serve both sides: FastAPI's
+``Depends`` opens a renderer per preview request, aioqueue's one per worker. The last test
+runs it as it is deployed: uvicorn and an `aioqueue worker` process, started by ``python
+-m examples.fastapi_app``. The deploy files (examples/deploy) are checked against the real
+CLI: their commands parse, and every kill timeout leaves the worker its grace.
 
 The example's App is a module-level one with the default key prefix (like the other
 examples'), so the in-process tests keep apart by their own titles and ids.
@@ -35,7 +36,7 @@ import pytest
 import aioqueue
 from aioqueue.ops import cli
 from aioqueue.ops.embedded import free_loopback_port
-from examples.fastapi_app import tasks
+from examples.fastapi_app import resources, tasks
 from examples.fastapi_app.web import api
 from tests.helpers import wait_until
 
@@ -43,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class Pages:
-    """Stands in for ``tasks.render_page``: counts the pages rendered per title and, when
+    """Stands in for ``resources.render_page``: counts the pages rendered per title and, when
     held, renders each page only once the test lets it through."""
 
     def __init__(self) -> None:
@@ -80,8 +81,31 @@ def expected_report(title: str, pages: int) -> dict[str, Any]:
 @pytest.fixture
 def pages(monkeypatch: pytest.MonkeyPatch) -> Pages:
     stand_in = Pages()
-    monkeypatch.setattr(tasks, "render_page", stand_in.render)
+    monkeypatch.setattr(resources, "render_page", stand_in.render)
     return stand_in
+
+
+class Renderers:
+    """Records each renderer ``resources.open_renderer`` makes (its class replaced by a
+    subclass that counts), to see who opens one, how many, and when they are closed."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        made = self.made = list[resources.Renderer]()
+
+        class Counted(resources.Renderer):
+            def __init__(self) -> None:
+                super().__init__()
+                made.append(self)
+
+        monkeypatch.setattr(resources, "Renderer", Counted)
+
+    def closed(self) -> list[bool]:
+        return [renderer.closed for renderer in self.made]
+
+
+@pytest.fixture
+def renderers(monkeypatch: pytest.MonkeyPatch) -> Renderers:
+    return Renderers(monkeypatch)
 
 
 @pytest.fixture
@@ -243,6 +267,64 @@ async def test_a_failed_job_shows_its_error_without_a_traceback(
         "result": None,
         "error": {"type": "ValueError", "message": "no data for page 1"},
     }
+
+
+# -- the same providers on both sides: FastAPI's Depends and aioqueue's ----------------------
+
+
+async def test_a_preview_renders_in_the_request_with_a_renderer_of_its_own(
+    client: httpx.AsyncClient, pages: Pages, renderers: Renderers
+) -> None:
+    """No worker here: FastAPI resolves ``resources.open_renderer`` for the request and
+    runs its cleanup once the response is sent."""
+    response = await client.get("/preview", params={"title": "Q4", "page": 2})
+
+    assert response.status_code == 200
+    assert response.json() == {"title": "Q4", "page": 2, "text": "Q4/2"}
+    assert renderers.closed() == [True]
+    assert (await client.get("/preview", params={"title": "", "page": 0})).status_code == 422
+
+
+async def test_a_worker_renders_every_report_with_one_renderer_closed_when_it_stops(
+    client: httpx.AsyncClient, pages: Pages, renderers: Renderers
+) -> None:
+    """aioqueue's ``Depends(open_renderer, scope="worker")``: opened once when the worker
+    starts, shared by its jobs, closed when it stops after its last job; the per-job
+    ``get_settings`` (a plain def, as in FastAPI) gives each report its files URL."""
+    titles = [unique("Monthly") for _ in range(3)]
+    async with tasks.app.worker(concurrency=10, grace=5):
+        assert renderers.closed() == [False]  # opened at start, before any job
+        posted = [await post_report(client, title, 2) for title in titles]
+        for title, response in zip(titles, posted, strict=True):
+            waited = await client.get(f"/reports/{response.json()['id']}/wait?timeout=10")
+            assert waited.json()["result"] == expected_report(title, 2)
+        assert renderers.closed() == [False]
+    assert renderers.closed() == [True]
+    assert all(pages.rendered[title] == 2 for title in titles)
+
+
+async def test_the_workers_files_url_comes_from_its_settings_provider(
+    client: httpx.AsyncClient, pages: Pages, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REPORTS_FILES_URL", "https://cdn.example.org/r")
+    title = unique("Settings")
+    async with tasks.app.worker(concurrency=1, grace=1):
+        job_id = (await post_report(client, title, 1)).json()["id"]
+        waited = await client.get(f"/reports/{job_id}/wait?timeout=10")
+    url = waited.json()["result"]["url"]
+    assert url == expected_report(title, 1)["url"].replace(
+        "https://files.example.com/reports", "https://cdn.example.org/r"
+    )
+
+
+async def test_the_injected_parameters_are_no_job_arguments(client: httpx.AsyncClient) -> None:
+    """The task's enqueue type-checks without them (``web.py`` is checked by mypy with
+    the suite) and refuses them when given: nothing is written."""
+    queue = tasks.app.queue(tasks.REPORTS)
+    before = await queue.counts()
+    with pytest.raises(aioqueue.InvalidArguments, match=r"parameter 'renderer' \(Depends\("):
+        await queue.enqueue(tasks.build_report, "Q1", 1, renderer=resources.Renderer())
+    assert await queue.counts() == before
 
 
 # -- what the API refuses ------------------------------------------------------------------

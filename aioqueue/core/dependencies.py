@@ -51,6 +51,11 @@ class Dependency:
     provider: Callable[..., Any]
     scope: Scope = "job"
 
+    @property
+    def key(self) -> tuple[Callable[..., Any], Scope]:
+        """What identifies a provider within a job: its function and its scope."""
+        return (self.provider, self.scope)
+
     def __repr__(self) -> str:
         scope = ", scope='worker'" if self.scope == "worker" else ""
         return f"Depends({provider_name(self.provider)}{scope})"
@@ -172,15 +177,8 @@ def _markers(
     for name, parameter in signature.parameters.items():
         default = _as_dependency(parameter.default)
         annotated = _annotated_marker(fn, parameter, what)
-        if (
-            default
-            and annotated
-            and (default.provider, default.scope)
-            != (
-                annotated.provider,
-                annotated.scope,
-            )
-        ):
+        same = default and annotated and default.key == annotated.key
+        if default and annotated and not same:
             raise ConfigError(
                 f"{what}: parameter {name!r} has two different Depends(), {annotated!r} in its "
                 f"annotation and {default!r} as its default"
@@ -282,9 +280,8 @@ class _Planner:
 
     def provider(self, marker: Dependency, path: tuple[Dependency, ...], where: str) -> Provider:
         """The node of ``marker``'s provider; ``path``: the markers that led here."""
-        fn, scope = marker.provider, marker.scope
+        fn, scope, key = marker.provider, marker.scope, marker.key
         name = provider_name(fn)
-        key = (fn, scope)
         try:
             known = self.nodes.get(key)
         except TypeError as exc:  # an unhashable callable object

@@ -1,5 +1,6 @@
 """What a taken job runs, and what its outcome means: decode -> find the task -> check the
-arguments -> call the handler (through the middleware) -> hooks -> a Settlement.
+arguments -> call the handler (through the middleware; its ``Depends()`` resolved around
+it, ``injection``) -> hooks -> a Settlement.
 
 Every path ends in a Settlement for the ack script, so no input can crash a worker or
 vanish: bad payloads, unknown tasks and wrong arguments are buried with the reason;

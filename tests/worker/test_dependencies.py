@@ -118,6 +118,25 @@ async def test_a_def_handler_gets_them_too_and_state_still_works(app: aioqueue.A
     assert await job.result(timeout=1) == "hello greet"
 
 
+async def test_a_chain_step_gets_its_input_first_and_its_dependencies_by_name(
+    app: aioqueue.App,
+) -> None:
+    def scale() -> int:
+        return 10
+
+    @app.task
+    async def start(x: int, *, factor: int = Depends(scale)) -> int:
+        return x * factor
+
+    @app.task
+    async def add(previous: int, y: int, *, factor: int = Depends(scale)) -> int:
+        return previous + y * factor
+
+    workflow = await aioqueue.chain(start.enqueue(1), add.callback(2))
+    await run_until_idle(app)
+    assert await workflow.result(timeout=5) == 30
+
+
 async def test_a_subscriber_gets_them(app: aioqueue.App) -> None:
     seen: list[str] = []
 

@@ -31,6 +31,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.errors import DependencyFailed, Retry, describe
+from .threads import escaping, unescaped
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -121,7 +122,7 @@ async def _provide(
     except (Retry, asyncio.CancelledError, DependencyFailed):
         raise
     except BaseException as exc:
-        cause = exc.original if isinstance(exc, _Escaped) else exc
+        cause = unescaped(exc)
         scope = "worker-scoped provider" if provider.scope == "worker" else "provider"
         raise DependencyFailed(
             provider.name, f"{scope} {provider.name} raised {describe(cause)}"
@@ -170,7 +171,7 @@ def _cleanup(
             await leave(kind, error, tb)
         except Exception as exc:
             if exc is not error:  # (a generator that let the handler's error through)
-                cause = exc.original if isinstance(exc, _Escaped) else exc
+                cause = unescaped(exc)
                 logger.error(
                     "cleanup of provider %s raised %s; ignored",
                     provider.name, describe(cause), exc_info=cause,
@@ -186,27 +187,10 @@ async def _in_thread(
     """Run a ``def`` provider's step in a thread: the job's handler threads (which hold a
     cancellation until the thread returns), or the loop's default executor for the
     worker-scoped ones."""
-    step = functools.partial(_escaping, call, *args)
+    step = functools.partial(escaping, call, *args)
     if threads is None or job is None:
         return await asyncio.to_thread(step)
     return await threads.run(step, job)
-
-
-class _Escaped(Exception):
-    """A BaseException a provider raised in its thread, carried back as an Exception."""
-
-    def __init__(self, original: BaseException) -> None:
-        super().__init__(repr(original))
-        self.original = original
-
-
-def _escaping(call: Callable[..., Any], *args: Any) -> Any:
-    try:
-        return call(*args)
-    except Exception:
-        raise
-    except BaseException as exc:  # SystemExit, StopIteration's kin: data, not control
-        raise _Escaped(exc) from exc
 
 
 # -- per worker ----------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from ..core.observers import JobWatchers
 from ..core.payload import Payload, decode_inputs, encode_error, encode_result
 from ..core.records import ErrorInfo
 from . import injection
-from .threads import HandlerThreads
+from .threads import HandlerThreads, escaping, unescaped
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -100,15 +100,6 @@ class Owner(Protocol[J_contra]):
         """Await ``call`` (the handler, through the middleware) under ``timeout``. Raises
         what the handler raised; TimeoutError or HandlerTimeout when it ran out of time;
         CancelledError when the job is interrupted otherwise."""
-
-
-class _Escaped(Exception):
-    """A BaseException a sync handler raised in its thread, carried back as a plain
-    exception: GeneratorExit or SystemExit must not travel through an asyncio Future."""
-
-    def __init__(self, original: BaseException) -> None:
-        super().__init__(repr(original))
-        self.original = original
 
 
 async def run_job(job: J, env: RunEnv, owner: Owner[J]) -> Settlement:
@@ -229,7 +220,7 @@ async def run_hooks(
     if settlement.outcome == "complete":
         await call_hooks(hooks.success, context, outcome)
         return settlement
-    error = outcome.original if isinstance(outcome, _Escaped) else outcome
+    error = unescaped(outcome)
     await call_hooks(hooks.failure, context, error)
     if settlement.outcome == "retry":
         await call_hooks(hooks.retry, context, error, settlement.delay_ms / 1000)
@@ -311,26 +302,16 @@ async def _invoke(
     owner settles the job by what it did."""
     if task.is_async:
         return await task.fn(*args, **kwargs)
-    call = functools.partial(_call_in_thread, task.fn, args, kwargs)
+    call = functools.partial(escaping, task.fn, *args, **kwargs)
     result = await threads.run(call, job)
     if inspect.isawaitable(result):  # a plain callable that returned a coroutine
         result = await result
     return result
 
 
-def _call_in_thread(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-    try:
-        return fn(*args, **kwargs)
-    except Exception:
-        raise
-    except BaseException as exc:  # carried back to the loop as data
-        raise _Escaped(exc) from exc
-
-
 def failed(taken: Taken, task: Handler[..., Any], exc: BaseException, queue: str) -> Settlement:
     """A failed attempt: retried by the task's policy, or dead (failed) when it is over."""
-    if isinstance(exc, _Escaped):
-        exc = exc.original
+    exc = unescaped(exc)
     error = encode_error(type(exc).__name__, str(exc), _format(exc))
     max_attempts = taken.max_attempts or task.options.max_attempts
     retryable = not isinstance(exc, task.options.never_retry)

@@ -101,6 +101,31 @@ class HandlerThreads:
                 self._idle += 1
 
 
+class Escaped(Exception):
+    """A BaseException a call raised in its thread (SystemExit, GeneratorExit...), carried
+    back as a plain exception: those must not travel through an asyncio Future."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(repr(original))
+        self.original = original
+
+
+def escaping(call: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """``call(*args, **kwargs)``, in a thread: what it raises beyond an Exception comes
+    back as an Escaped (data, not control flow)."""
+    try:
+        return call(*args, **kwargs)
+    except Exception:
+        raise
+    except BaseException as exc:
+        raise Escaped(exc) from exc
+
+
+def unescaped(exc: BaseException) -> BaseException:
+    """What a call really raised: an Escaped's original, else ``exc`` itself."""
+    return exc.original if isinstance(exc, Escaped) else exc
+
+
 def _run_call(
     loop: asyncio.AbstractEventLoop,
     future: asyncio.Future[Any],

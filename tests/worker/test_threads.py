@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 
 import aioqueue
 from aioqueue.worker.threads import HandlerThreads
-from tests.helpers import now, wait_until
+from tests.helpers import now, run_until_idle, wait_until
 
 
 async def lease_deadline(redis: Redis, queue: aioqueue.Queue, job: aioqueue.Job[Any]) -> float:
@@ -206,3 +206,16 @@ async def test_a_thread_outcome_comes_back_as_raised() -> None:
         assert not threads.busy("a")
     finally:
         threads.close()
+
+
+async def test_a_def_handler_may_name_its_parameters_anything(app: aioqueue.App) -> None:
+    """Its keyword arguments travel to its thread beside the call: a parameter named like
+    the carrier's own (``call``) must not collide with it."""
+
+    @app.task
+    def echo(call: str, *, args: int = 0) -> str:
+        return f"{call} {args}"
+
+    job = await echo.enqueue(call="x", args=2)
+    await run_until_idle(app)
+    assert await job.result(timeout=1) == "x 2"

@@ -30,6 +30,7 @@ import inspect
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..core.dependencies import provider_name
 from ..core.errors import DependencyFailed, Retry, describe
 from .threads import escaping, unescaped
 
@@ -213,7 +214,7 @@ class WorkerResources:
         for hook in self._registry.startup_hooks:
             await hook(self.state)
         try:
-            for provider in worker_providers(self._handlers()):
+            for provider in _worker_providers(self._handlers()):
                 if provider.fn not in self.values:
                     arguments = _arguments(provider, {}, None, self.values)
                     value = await _provide(provider, arguments, self._stack, None, None)
@@ -222,7 +223,7 @@ class WorkerResources:
             await self._stack.aclose()
             raise
         if self.values:
-            names = ", ".join(map(_name_of, self.values))
+            names = ", ".join(map(provider_name, self.values))
             logger.info("worker-scoped dependencies open: %s", names)
 
     async def close(self, running: asyncio.Future[None] | None = None) -> None:
@@ -254,7 +255,7 @@ class WorkerResources:
             yield subscriber.task
 
 
-def worker_providers(handlers: Iterable[Handler[..., Any]]) -> list[Provider]:
+def _worker_providers(handlers: Iterable[Handler[..., Any]]) -> list[Provider]:
     """The worker-scoped providers the handlers need, each after those it needs."""
     return [
         provider
@@ -262,7 +263,3 @@ def worker_providers(handlers: Iterable[Handler[..., Any]]) -> list[Provider]:
         if handler.injection is not None
         for provider in handler.injection.worker
     ]
-
-
-def _name_of(fn: Callable[..., Any]) -> str:
-    return str(getattr(fn, "__qualname__", fn))

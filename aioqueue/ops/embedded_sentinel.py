@@ -28,13 +28,14 @@ from .embedded import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
 
 class EmbeddedSentinel(Started):
     """A master, ``replicas`` replicas and ``sentinels`` Sentinels on 127.0.0.1 (one
     service, ``service``), from the same binary as ``EmbeddedServer``: for tests and
-    benchmarks. ``url`` is the ``redis+sentinel://`` URL of the Sentinels."""
+    benchmarks. ``url`` is the ``redis+sentinel://`` URL of the Sentinels; ``server_args``
+    go to every data server (e.g. ``--repl-diskless-sync-delay 0``)."""
 
     def __init__(
         self,
@@ -42,11 +43,14 @@ class EmbeddedSentinel(Started):
         replicas: int = 1,
         sentinels: int = 3,
         down_after_ms: int = 1000,
+        server_args: Sequence[str] = (),
     ) -> None:
         self.service = service
-        self.master = EmbeddedServer()
+        self.master = EmbeddedServer(extra_args=server_args)
         self.replicas = [
-            EmbeddedServer(extra_args=["--replicaof", "127.0.0.1", str(self.master.port)])
+            EmbeddedServer(
+                extra_args=["--replicaof", "127.0.0.1", str(self.master.port), *server_args]
+            )
             for _ in range(replicas)
         ]
         self.sentinels = [_SentinelProcess() for _ in range(sentinels)]

@@ -38,7 +38,8 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from . import wire
+from ..core.errors import describe
+from . import deadline, wire
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -48,9 +49,11 @@ if TYPE_CHECKING:
     from .loader import Script
 
 MAX_REDIRECTS = 16  # rounds of MOVED before giving up on a call (a slot map gone wrong)
-TRY_AGAIN_PAUSE = 0.05  # seconds before resending a call refused with TRYAGAIN...
-TRY_AGAIN_FOR = 15.0  # ...and of ASK / TRYAGAIN at most this long (a migration under way:
-# while a call's keys are split, the source says ASK and the target TRYAGAIN, in turn)
+TRY_AGAIN_PAUSE = 0.05  # seconds before resending a call refused with TRYAGAIN, doubling...
+TRY_AGAIN_MAX_PAUSE = 0.5  # ...up to this: a long migration is not polled 20 times a second
+TRY_AGAIN_FOR = 15.0  # ASK / TRYAGAIN at most this long outside a call's deadline (a
+# migration under way: while a call's keys are split, the source says ASK and the target
+# TRYAGAIN, in turn); an enqueue waits as long as its own deadline (``enqueue_timeout``)
 TIME_TRIES = 3  # TIME on a cluster node: a connection redis-py just recycled can fail it
 _ASKING = wire.array(1) + wire.bulk(b"ASKING")
 
@@ -108,11 +111,19 @@ class Lines:
                 await pool.release(connection)
                 raise
             if keep:
-                self._kept[key] = connection
+                await self._keep(key, connection)
             else:
                 await pool.release(connection)
             return replies
         raise AssertionError("unreachable")
+
+    async def _keep(self, key: str, connection: AbstractConnection) -> None:
+        """Keep ``connection`` for ``key``; one kept meanwhile (by another caller sending
+        for the same key: two batchers of one queue on one client) goes back to the pool."""
+        previous = self._kept.get(key)
+        self._kept[key] = connection
+        if previous is not None and previous is not connection:
+            await self.redis.connection_pool.release(previous)
 
     async def close(self) -> None:
         """Give back kept connections, close the cluster nodes' pools."""
@@ -140,8 +151,9 @@ class Lines:
         todo = list(range(len(commands)))
         asking: ClusterNode | None = None
         redirects, loop = 0, asyncio.get_running_loop()
-        give_up = loop.time() + TRY_AGAIN_FOR
+        give_up = loop.time() + (deadline.remaining(TRY_AGAIN_FOR) or 0.0)
         redirect = ResponseError("no master serves the slot")
+        pause = _Pause()
         while redirects < MAX_REDIRECTS and loop.time() < give_up:
             node = asking or cluster.get_node_from_key(key)
             if node is None:  # no master for the slot (a failover under way)
@@ -168,11 +180,17 @@ class Lines:
                 return replies
             redirects += isinstance(redirect, MovedError)
             self.redirects[type(redirect).__name__] += 1
-            asking = await self._follow(cluster, redirect)
-        raise ResponseError(f"gave up following redirections for key {key!r}: {redirect}")
+            asking = await self._follow(cluster, redirect, pause)
+        if redirects >= MAX_REDIRECTS:
+            raise ResponseError(f"gave up following redirections for key {key!r}: {redirect}")
+        raise RedisTimeoutError(  # a migration longer than the call's deadline
+            f"the slot of {key!r} is still moving ({describe(redirect)})"
+        )
 
     @staticmethod
-    async def _follow(cluster: RedisCluster, redirect: ResponseError) -> ClusterNode | None:
+    async def _follow(
+        cluster: RedisCluster, redirect: ResponseError, pause: _Pause
+    ) -> ClusterNode | None:
         """Act on a redirection; the node to send to with ASKING (for an ASK)."""
         if isinstance(redirect, MovedError):  # the slot map is stale: read it again
             await cluster.nodes_manager.initialize()
@@ -182,7 +200,7 @@ class Lines:
                 return target
             await cluster.nodes_manager.initialize()
         else:
-            await asyncio.sleep(TRY_AGAIN_PAUSE)
+            await pause.sleep()
         return None
 
     async def _on_node(
@@ -217,6 +235,19 @@ class Lines:
             return replies
         finally:
             await pool.release(connection)
+
+
+class _Pause:
+    """The pauses between TRYAGAINs of one call: TRY_AGAIN_PAUSE, doubling up to
+    TRY_AGAIN_MAX_PAUSE (and never past the call's deadline)."""
+
+    def __init__(self) -> None:
+        self.next = TRY_AGAIN_PAUSE
+
+    async def sleep(self) -> None:
+        left = deadline.remaining()
+        await asyncio.sleep(self.next if left is None else max(0.0, min(self.next, left)))
+        self.next = min(2 * self.next, TRY_AGAIN_MAX_PAUSE)
 
 
 def node_pool(node: ClusterNode) -> ConnectionPool:

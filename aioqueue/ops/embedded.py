@@ -205,6 +205,10 @@ class EmbeddedServer(Started):
             self._tempdir.cleanup()
             self._tempdir, self._workdir = None, None
 
+    def add_args(self, *args: str) -> None:
+        """More command-line arguments for the server (before it starts)."""
+        self._extra_args += args
+
     @property
     def pid(self) -> int | None:
         """The server's process id while it runs."""

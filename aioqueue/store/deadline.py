@@ -91,6 +91,11 @@ async def keeping(deadline: Deadline | None) -> AsyncIterator[None]:
         _DEADLINE.reset(token)
 
 
+class Unconfirmed(RedisConnectionError):
+    """The connection's reply cannot be trusted to say where the call ran (a failover
+    began while it was on its way): only a call safe to send twice goes again."""
+
+
 class DeadlineRetry(Retry):
     """redis-py's retry policy, bounded by the call's deadline as well as by a count (see
     the module's docstring). ``default``: the bound, in seconds, of one command's retries
@@ -131,17 +136,23 @@ class DeadlineRetry(Retry):
                 failures += 1
                 await (fail(error, failures) if with_failure_count else fail(error))
                 pause = self._backoff.compute(failures)
-                if not self._again(failures, pause, deadline, loop.time()):
+                if not self._again(failures, pause, deadline, loop.time(), error):
                     raise error
                 if pause > 0:
                     await asyncio.sleep(pause)
 
-    def _again(self, failures: int, pause: float, deadline: Deadline | None, now: float) -> bool:
-        """Whether to try once more after ``failures`` failures and a ``pause``."""
+    def _again(
+        self, failures: int, pause: float, deadline: Deadline | None, now: float, error: Exception
+    ) -> bool:
+        """Whether to try once more after ``failures`` failures and a ``pause``. A call
+        that may have run (its reply came across a failover: ``Unconfirmed``) goes again
+        only if it is patient: aioqueue's own calls, made safe to send twice."""
         if deadline is not None and now + pause >= deadline.at:
             return False
         if deadline is not None and deadline.patient:
             return True
+        if isinstance(error, Unconfirmed):
+            return False
         return self._retries < 0 or failures <= self._retries
 
 

@@ -157,24 +157,20 @@ class Lines:
         while redirects < MAX_REDIRECTS and loop.time() < give_up:
             node = asking or cluster.get_node_from_key(key)
             if node is None:  # no master for the slot (a failover under way)
-                await cluster.nodes_manager.initialize()
+                await _read_slots(cluster, pause)
                 continue
-            sent = [commands[i] for i in todo]
-            if asking is not None:  # ASKING is good for the one command after it
-                sent = [_ASKING + command for command in sent]
-
-            def heard(index: int, reply: Any, todo: list[int] = todo) -> None:
-                if on_reply is not None:
-                    on_reply(todo[index], reply)
-
             try:
-                got = await self._on_node(node, script, sent, heard, resent, asking is not None)
+                got = await self._on_node(node, script, commands, todo, on_reply, asking)
             except (RedisConnectionError, RedisTimeoutError):
-                # The node is gone (a failover may be under way): the next call reads the
-                # slot map again rather than knock on the same door.
-                with contextlib.suppress(RedisError, RedisClusterException):
-                    await cluster.nodes_manager.initialize()
-                raise
+                # The node is gone (a failover may be under way): read the slot map again
+                # rather than knock on the same door. A patient call (an enqueue) tries
+                # again within its deadline; what went out may have run: it goes as resent.
+                patient = _patient() and loop.time() < give_up
+                await _read_slots(cluster, pause if patient else None)
+                if not patient:
+                    raise
+                commands, asking = (resent(commands) if resent else commands), None
+                continue
             todo, redirect = _sort_replies(todo, got, replies)
             if not todo:
                 return replies
@@ -208,33 +204,53 @@ class Lines:
         node: ClusterNode,
         script: Script,
         commands: list[bytes],
-        on_reply: OnReply,
-        resent: Resent | None,
-        asking: bool,
+        todo: list[int],
+        on_reply: OnReply | None,
+        asking: ClusterNode | None,
     ) -> list[Any]:
-        """Send on a connection to ``node``; with ``asking``, each command is preceded by
-        ASKING, whose OK replies are dropped here."""
+        """Send the calls ``todo`` (indexes in ``commands``) on a connection to ``node``;
+        with ``asking``, each is preceded by ASKING, whose OK replies are dropped here."""
+        sent = [commands[i] for i in todo]
+
+        def heard(index: int, reply: Any) -> None:
+            if on_reply is not None:
+                on_reply(todo[index], reply)
+
         pool = self._node_pools.get(node.name)
         if pool is None:
             pool = self._node_pools[node.name] = node_pool(node)
         connection = await wire.checkout(pool)
         try:
-            if not asking:
-                return await wire.send_each(connection, script, commands, on_reply, resent)
+            if asking is None:
+                return await wire.send_each(connection, script, sent, heard)
             # Each packed command is "ASKING + call": two replies, the first an OK.
-            await connection.send_packed_command(commands)
+            await connection.send_packed_command([_ASKING + command for command in sent])
             replies: list[Any] = []
-            for index in range(len(commands)):
+            for index in range(len(sent)):
                 await connection.read_response()  # ASKING's OK
                 try:
                     replies.append(reply := await connection.read_response())
                 except ResponseError as exc:
                     replies.append(exc)
                     continue
-                on_reply(index, reply)
+                heard(index, reply)
             return replies
         finally:
             await pool.release(connection)
+
+
+def _patient() -> bool:
+    """Whether the call under way retries a lost node until its deadline (an enqueue)."""
+    current = deadline.current()
+    return current is not None and current.patient
+
+
+async def _read_slots(cluster: RedisCluster, pause: _Pause | None) -> None:
+    """Read the slot map again (if a node answers), then pause (if given)."""
+    with contextlib.suppress(RedisError, RedisClusterException):
+        await cluster.nodes_manager.initialize()
+    if pause is not None:
+        await pause.sleep()
 
 
 class _Pause:

@@ -76,6 +76,7 @@ class MasterWatch:
         self.service = service
         self.address: Address | None = None
         self.generation = 0  # one more at each switch
+        self.epoch = 0  # one more at each switch and each failover's start
         self._sentinels: dict[Address, Redis] = {}  # every Sentinel known: URL's first
         for client in sentinel.sentinels:
             kwargs = client.connection_pool.connection_kwargs
@@ -161,6 +162,7 @@ class MasterWatch:
         if old is None or old == address:
             return
         self.generation += 1
+        self.epoch += 1
         logger.warning("the master of %s moved from %s:%s to %s:%s", self.service, *old, *address)
         for connection in list(self.connections):
             if (connection.host, connection.port) == old:
@@ -171,6 +173,7 @@ class MasterWatch:
         if self._held.is_set():
             logger.warning("a failover of %s began: writes wait for its end", self.service)
             self._held.clear()
+            self.epoch += 1
         if self._poller is None or self._poller.done():
             self._poller = asyncio.get_running_loop().create_task(self._poll())
 
@@ -305,6 +308,12 @@ async def _view(client: Redis, service: str) -> MasterView | None:
     return MasterView(address, epoch, "failover_in_progress" in flags)
 
 
+class MasterChanged(deadline.Unconfirmed):
+    """A reply came from the master after a failover began (or the master moved) while it
+    was on its way: the call may or may not have run where it will last. aioqueue's own
+    calls (safe to send again) go again on the new master; any other fails unconfirmed."""
+
+
 class FollowingPool(SentinelConnectionPool):
     """redis-py's Sentinel pool whose connections follow ``watch`` (and check ROLE)."""
 
@@ -322,6 +331,7 @@ class FollowingConnection(SentinelManagedConnection):
         super().__init__(**kwargs)  # type: ignore[no-untyped-call]
         self.reading = 0  # replies being read now (a blocked read included)
         self.generation = -1  # the watch's generation when it connected
+        self.sent_epoch = 0  # the watch's epoch when the last command went out
         self.watch: MasterWatch = self.connection_pool.watch
         self.watch.connections.add(self)
 
@@ -335,14 +345,17 @@ class FollowingConnection(SentinelManagedConnection):
         if self.is_connected:
             return
         self.host, self.port = await self.watch.master()
-        generation = self.watch.generation
+        generation, self.sent_epoch = self.watch.generation, self.watch.epoch
         try:
             await super().connect_check_health(check_health, retry_socket_connect=False)
-            await self._check_role()
         except (RedisConnectionError, RedisTimeoutError):
             self.watch.suspect()
             raise
         self.generation = generation
+
+    async def on_connect_check_health(self, check_health: bool = True) -> None:
+        await super().on_connect_check_health(check_health)
+        await self._check_role()  # (before a pub/sub connection subscribes again)
 
     async def _check_role(self) -> None:
         """Refuse a server that is a replica now (a demoted master)."""
@@ -361,14 +374,25 @@ class FollowingConnection(SentinelManagedConnection):
                 await self.disconnect()  # on the old master: reconnect to the new one
             else:
                 self.generation = watch.generation
+        self.sent_epoch = watch.epoch
         await super().send_packed_command(command, check_health)
 
     async def read_response(self, *args: Any, **kwargs: Any) -> Any:
         self.reading += 1
         try:
-            return await super().read_response(*args, **kwargs)
+            reply = await super().read_response(*args, **kwargs)
+        except RedisConnectionError:
+            if self.sent_epoch == self.watch.epoch:
+                raise
+            reply = None  # (cut by ``abandon``: as below)
         finally:
             self.reading -= 1
+        if self.sent_epoch != self.watch.epoch:
+            # Sent before a failover began: the old master may have run it after the
+            # promotion (it was paused, or slow), and what it runs then is lost.
+            await self.disconnect()
+            raise MasterChanged(f"the master of {self.watch.service} changed meanwhile")
+        return reply
 
     def abandon(self) -> None:
         """The master moved: a read blocked on the old one ends now (its caller's retry

@@ -89,6 +89,7 @@ class Chaos:
     ledger: Ledger = field(default_factory=Ledger)
     apps: list[aioqueue.App] = field(default_factory=list)
     workers: list[aioqueue.Worker] = field(default_factory=list)
+    lost_records: dict[str, str] = field(default_factory=dict)  # a few lost jobs' records
     _producing: list[asyncio.Task[None]] = field(default_factory=list)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -156,6 +157,9 @@ class Chaos:
         await asyncio.gather(*self._producing)
         with contextlib.suppress(AssertionError):  # the checks that follow say what is wrong
             await wait_until(lambda: now(self.ledger.all_ran), timeout=drain, interval=0.1)
+        queue = self.producer_app.queue(self.queue)
+        for key in self.ledger.lost[:5]:  # what became of them, for the report
+            self.lost_records[key] = repr(await queue.info(key))
         await self.close()
 
     async def close(self) -> None:
@@ -179,7 +183,7 @@ class Chaos:
         )
 
     def check(self, in_flight: int) -> None:
-        assert self.ledger.lost == []
+        assert self.ledger.lost == [], self.lost_records
         assert self.ledger.same_attempt_duplicates <= in_flight
 
 

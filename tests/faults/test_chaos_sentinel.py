@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -15,6 +15,7 @@ from redis import Redis as SyncRedis
 
 from aioqueue.ops.embedded_sentinel import EmbeddedSentinel
 from tests.faults.chaos import Chaos, SentinelEvents, role, slow, writes
+from tests.faults.test_network_cut import BlackHoleProxy
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.timeout(180)
@@ -23,20 +24,19 @@ pytestmark = pytest.mark.timeout(180)
 # After a failover, the other replica resyncs in full from the new master (it had
 # replicated the old master's last pings, which the promoted one had not); Redis delays a
 # diskless full sync by repl-diskless-sync-delay (5 s by default) to wait for more
-# replicas, and an enqueue with replicas= waits for that one. "Running at scale" says so.
-FAST_RESYNC = ("--repl-diskless-sync-delay", "0")
+# replicas, and an enqueue with replicas= waits for that one. The launcher sets it to 0
+# ("Running at scale" says to).
 
 
 @pytest.fixture
 def sentinel_set() -> Iterator[EmbeddedSentinel]:
     # Two replicas: after a failover, the new master still has one to WAIT for.
-    with EmbeddedSentinel(replicas=2, sentinels=3, server_args=FAST_RESYNC) as started:
+    with EmbeddedSentinel(replicas=2, sentinels=3) as started:
         yield started
 
 
 def sentinel_command(sentinel_set: EmbeddedSentinel, *args: Any) -> Any:
-    with SyncRedis(port=sentinel_set.sentinels[0].port) as client:
-        return client.execute_command(*args)
+    return _command(sentinel_set.sentinels[0].port, *args)
 
 
 @pytest.mark.parametrize("replicas", [0, 1], ids=["no-wait", "replicas=1"])
@@ -105,4 +105,112 @@ async def test_a_killed_master_loses_nothing(sentinel_set: EmbeddedSentinel, pre
         f"switch {switched_at - fault_at:.2f}s after the kill, enqueues confirmed again "
         f"{chaos.ledger.first_after(switched_at):.2f}s after it",
     )  # fmt: skip
+    chaos.check(in_flight)
+
+
+@pytest.fixture
+def patient_set() -> Iterator[EmbeddedSentinel]:
+    """A set whose Sentinels call a master down after 5 s of silence (not 1 s)."""
+    with EmbeddedSentinel(replicas=2, sentinels=3, down_after_ms=5000) as started:
+        yield started
+
+
+@slow
+async def test_client_pause_on_the_master_loses_nothing(
+    patient_set: EmbeddedSentinel, prefix: str
+) -> None:
+    """``CLIENT PAUSE 3000 WRITE`` on the master: scripts wait, reads time out and go
+    again. (The Sentinels' PINGs wait too, behind their postponed hello PUBLISH: a pause
+    longer than down-after-milliseconds starts a failover, which loses nothing either:
+    a reply that comes back across a failover's start counts as unconfirmed.)"""
+    sentinel_set = patient_set
+    chaos = Chaos(sentinel_set.url, prefix, options={"socket_timeout": 2.0})
+    try:
+        await chaos.start()
+        in_flight = await chaos.in_flight()
+        fault_at = time.monotonic()
+        port = sentinel_set.master_port()
+        await asyncio.to_thread(_command, port, "CLIENT", "PAUSE", PAUSE_MS, "WRITE")
+        await chaos.confirmed_after(fault_at + PAUSE_MS / 1000, 300)
+        await chaos.finish()
+    finally:
+        await chaos.close()
+    chaos.report(f"sentinel CLIENT PAUSE {PAUSE_MS} ms", fault_at, in_flight)
+    chaos.check(in_flight)
+
+
+PAUSE_MS = 3000
+
+
+async def test_a_pause_that_starts_a_failover_loses_nothing(
+    sentinel_set: EmbeddedSentinel, prefix: str
+) -> None:
+    """``CLIENT PAUSE 3000 WRITE`` on a master whose Sentinels call it down after 1 s:
+    they fail over while the enqueues sent before it wait inside the paused master,
+    which runs them when the pause ends, after the promotion: written there only, they
+    were lost (one confirmed job in each run). A reply that comes back across a
+    failover's start is unconfirmed now: the enqueue goes again, to the new master."""
+    events = await SentinelEvents([s.port for s in sentinel_set.sentinels]).start()
+    chaos = Chaos(sentinel_set.url, prefix, options={"socket_timeout": 2.0})
+    try:
+        await chaos.start()
+        in_flight = await chaos.in_flight()
+        fault_at = time.monotonic()
+        port = sentinel_set.master_port()
+        await asyncio.to_thread(_command, port, "CLIENT", "PAUSE", PAUSE_MS, "WRITE")
+        switched_at = await events.wait("+switch-master")
+        await chaos.confirmed_after(max(switched_at, fault_at + PAUSE_MS / 1000), 300)
+        await chaos.finish()
+    finally:
+        await chaos.close()
+        await events.close()
+    chaos.report(
+        f"sentinel CLIENT PAUSE {PAUSE_MS} ms, failed over", fault_at, in_flight,
+        f"switch {switched_at - fault_at:.2f}s after the pause began",
+    )  # fmt: skip
+    chaos.check(in_flight)
+
+
+def _command(port: int, *args: Any) -> Any:
+    with SyncRedis(port=port) as client:
+        return client.execute_command(*args)
+
+
+@pytest.fixture
+async def proxied_set() -> AsyncIterator[tuple[EmbeddedSentinel, list[BlackHoleProxy]]]:
+    """A Sentinel set whose servers are known by the ports of proxies in front of them:
+    the application reaches them through the proxies (as the Sentinels do)."""
+    started = EmbeddedSentinel(replicas=2, sentinels=3)
+    proxies = [BlackHoleProxy(server.port) for server in started.servers]
+    for proxy in proxies:
+        await proxy.start()
+    started.announce({s.port: p.port for s, p in zip(started.servers, proxies, strict=True)})
+    await asyncio.to_thread(started.start)
+    try:
+        yield started, proxies
+    finally:
+        await asyncio.to_thread(started.stop)
+        for proxy in proxies:
+            await proxy.close()
+
+
+@slow
+async def test_a_network_cut_loses_nothing(
+    proxied_set: tuple[EmbeddedSentinel, list[BlackHoleProxy]], prefix: str
+) -> None:
+    """The application's connections to the servers black-holed (the Sentinels' are not:
+    no failover): each call notices within its socket timeout, and its new connection,
+    resolved through the Sentinels, reaches the same master."""
+    sentinel_set, proxies = proxied_set
+    chaos = Chaos(sentinel_set.url, prefix, options={"socket_timeout": 2.0})
+    try:
+        await chaos.start()
+        in_flight = await chaos.in_flight()
+        fault_at = time.monotonic()
+        cut = sum(proxy.cut(only_marked=True) for proxy in proxies)
+        await chaos.confirmed_after(fault_at, 300)
+        await chaos.finish()
+    finally:
+        await chaos.close()
+    chaos.report("sentinel network cut", fault_at, in_flight, f"{cut} connections cut")
     chaos.check(in_flight)

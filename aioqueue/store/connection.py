@@ -141,20 +141,26 @@ def make_clients(url: str, settings: AppSettings) -> Clients:
         url,
         max_connections=settings.max_connections,
         timeout=settings.connect_timeout + settings.socket_timeout,  # wait for a free one
-        retry=retry_policy(RETRIES, settings.call_timeout),
+        retry=retry_policy(RETRIES, settings.call_timeout, patient_connects=False),
         **options,
     )
     internal = ConnectionPool.from_url(
-        url, max_connections=INTERNAL_MAX_CONNECTIONS, retry=retry_policy(RETRIES), **options
-    )
+        url, max_connections=INTERNAL_MAX_CONNECTIONS,
+        retry=retry_policy(RETRIES, patient_connects=False), **options,
+    )  # fmt: skip
     return Clients(Redis.from_pool(shared), Redis.from_pool(internal))
 
 
-def retry_policy(retries: int, default: float | None = None) -> DeadlineRetry:
+def retry_policy(
+    retries: int, default: float | None = None, *, patient_connects: bool = True
+) -> DeadlineRetry:
     """How a connection retries after losing its server: a few times, backing off, and
     never past the deadline of the call under way (``deadline``); ``default`` bounds a
-    command sent outside any call (the shared client's: user-driven calls)."""
-    return DeadlineRetry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries, default=default)
+    command sent outside any call (the shared client's: user-driven calls). An enqueue
+    retries until its deadline, a server that refuses connections too unless
+    ``patient_connects`` is off (one server: down is down; under Sentinel, a failover)."""
+    backoff = ExponentialWithJitterBackoff(base=0.05, cap=1.0)
+    return DeadlineRetry(backoff, retries, default=default, patient_connects=patient_connects)
 
 
 def _cluster_clients(url: str, settings: AppSettings) -> Clients:

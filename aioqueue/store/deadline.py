@@ -25,9 +25,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.asyncio.retry import Retry
+from redis.exceptions import AuthenticationError, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ..core.errors import describe
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -38,12 +40,19 @@ T = TypeVar("T")
 Scope = contextlib.AbstractAsyncContextManager[None]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Deadline:
     at: float  # event loop time
     patient: bool  # retry lost connections until ``at`` (not only a few times)
     seconds: float = 0.0  # as given (for the message)
     setting: str = ""  # the App setting it comes from (for the message)
+    last_error: Exception | None = None  # the last a retry saw (for the message)
+
+    def expired(self) -> RedisTimeoutError:
+        """The error a call raises at this deadline: the setting, and the last cause."""
+        named = f" ({self.setting})" if self.setting else ""
+        cause = f": {describe(self.last_error)}" if self.last_error is not None else ""
+        return RedisTimeoutError(f"no answer within {self.seconds:g}s{named}{cause}")
 
 
 _DEADLINE: ContextVar[Deadline | None] = ContextVar("aioqueue_deadline", default=None)
@@ -85,8 +94,7 @@ async def keeping(deadline: Deadline | None) -> AsyncIterator[None]:
     except TimeoutError:
         if not scope.expired():  # someone else's timeout, raised through this block
             raise
-        named = f" ({deadline.setting})" if deadline.setting else ""
-        raise RedisTimeoutError(f"no answer within {deadline.seconds:g}s{named}") from None
+        raise deadline.expired() from None
     finally:
         _DEADLINE.reset(token)
 
@@ -99,7 +107,9 @@ class Unconfirmed(RedisConnectionError):
 class DeadlineRetry(Retry):
     """redis-py's retry policy, bounded by the call's deadline as well as by a count (see
     the module's docstring). ``default``: the bound, in seconds, of one command's retries
-    sent outside any call (None: only the count)."""
+    sent outside any call (None: only the count). ``patient_connects``: a patient call
+    also retries a connect that fails (nothing answers at the address) until its deadline;
+    without it (one server: down is down, not a failover under way) only a few times."""
 
     def __init__(
         self,
@@ -107,10 +117,12 @@ class DeadlineRetry(Retry):
         retries: int,
         *,
         default: float | None = None,
+        patient_connects: bool = True,
         supported_errors: tuple[type[RedisError], ...] = (RedisConnectionError, RedisTimeoutError),
     ) -> None:
         super().__init__(backoff, retries, supported_errors)
         self.default = default
+        self.patient_connects = patient_connects
 
     async def call_with_retry(
         self,
@@ -133,7 +145,11 @@ class DeadlineRetry(Retry):
             except self._supported_errors as error:
                 if is_retryable and not is_retryable(error):
                     raise
+                if isinstance(error, AuthenticationError):
+                    raise  # (a ConnectionError to redis-py: wrong credentials stay wrong)
                 failures += 1
+                if deadline is not None:
+                    deadline.last_error = error
                 await (fail(error, failures) if with_failure_count else fail(error))
                 pause = self._backoff.compute(failures)
                 if not self._again(failures, pause, deadline, loop.time(), error):
@@ -150,10 +166,17 @@ class DeadlineRetry(Retry):
         if deadline is not None and now + pause >= deadline.at:
             return False
         if deadline is not None and deadline.patient:
-            return True
-        if isinstance(error, Unconfirmed):
+            if self.patient_connects or not _cannot_connect(error):
+                return True
+        elif isinstance(error, Unconfirmed):
             return False
         return self._retries < 0 or failures <= self._retries
+
+
+def _cannot_connect(error: Exception) -> bool:
+    """A connect that failed (refused, unreachable, timed out: redis-py says "...
+    connecting to ..."), as opposed to a connection lost or a reply that never came."""
+    return "connecting" in str(error)
 
 
 async def _bounded(
@@ -174,7 +197,7 @@ async def _bounded(
         except TimeoutError:
             if not scope.expired():
                 raise
-        error = RedisTimeoutError(f"no answer within {retry.default:g}s")
+        error = deadline.expired()
         with contextlib.suppress(RedisError, OSError):
             await (fail(error, 1) if with_failure_count else fail(error))  # drop the connection
         raise error

@@ -49,8 +49,9 @@ from ..core.settings import (
     sentinel_service,
 )
 from .deadline import DeadlineRetry
+from .following import FollowingPool
 from .routing import close_lines
-from .sentinel import FollowingPool, MasterWatch
+from .sentinel import MasterWatch
 
 if TYPE_CHECKING:
     from ..core.settings import AppSettings

@@ -46,6 +46,7 @@ def command(port: int, *args: Any) -> Any:
         return client.execute_command(*args)
 
 
+@slow
 async def test_a_manual_failover_loses_nothing(cluster: EmbeddedCluster, prefix: str) -> None:
     """``CLUSTER FAILOVER`` on the replica of the queue's master: the master stops its
     clients while the replica catches up, then answers MOVED; calls follow it."""
@@ -74,7 +75,9 @@ async def _role_is(port: int, wanted: str) -> bool:
     return await asyncio.to_thread(role, port) == wanted
 
 
-@pytest.mark.parametrize("seconds", [0.0, 6.0], ids=["fast", "slow"])
+@pytest.mark.parametrize(
+    "seconds", [pytest.param(0.0, id="fast", marks=slow), pytest.param(6.0, id="slow")]
+)
 async def test_a_slot_migration_loses_nothing_and_enqueues_wait_for_it(
     cluster: EmbeddedCluster, prefix: str, seconds: float
 ) -> None:

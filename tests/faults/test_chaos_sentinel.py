@@ -39,7 +39,9 @@ def sentinel_command(sentinel_set: EmbeddedSentinel, *args: Any) -> Any:
     return _command(sentinel_set.sentinels[0].port, *args)
 
 
-@pytest.mark.parametrize("replicas", [0, 1], ids=["no-wait", "replicas=1"])
+@pytest.mark.parametrize(
+    "replicas", [pytest.param(0, id="no-wait"), pytest.param(1, id="replicas=1", marks=slow)]
+)
 async def test_a_planned_failover_loses_nothing_and_writes_nothing_to_the_old_master(
     sentinel_set: EmbeddedSentinel, prefix: str, replicas: int
 ) -> None:

@@ -7,7 +7,9 @@ ledger of what was confirmed and what ran.
 connections), that record every run with its attempt. After the fault, the producers
 stop, the workers drain, and the ledger says:
 
-- lost: confirmed enqueues that never ran (must be none);
+- lost: confirmed enqueues that never ran, or whose record on the surviving master does
+  not say complete once the workers drained (a job run on a demoted master only, whose
+  completion vanished with its data): must be none;
 - same-attempt duplicates: runs of a job with an attempt it already ran with (a job run
   again because a lease expired counts another attempt, which is at-least-once working);
   at most what was in flight (leased) at the fault;
@@ -44,13 +46,14 @@ class Ledger:
     confirmed: dict[str, float] = field(default_factory=dict)  # key -> when (monotonic)
     runs: dict[str, list[int]] = field(default_factory=dict)  # key -> attempts of its runs
     unconfirmed: int = 0  # enqueue calls that raised (retried with the same id)
+    incomplete: list[str] = field(default_factory=list)  # ran, but not complete in Redis
 
     def ran(self, key: str, attempt: int) -> None:
         self.runs.setdefault(key, []).append(attempt)
 
     @property
     def lost(self) -> list[str]:
-        return sorted(set(self.confirmed) - set(self.runs))
+        return sorted((set(self.confirmed) - set(self.runs)) | set(self.incomplete))
 
     @property
     def same_attempt_duplicates(self) -> int:
@@ -158,9 +161,23 @@ class Chaos:
         with contextlib.suppress(AssertionError):  # the checks that follow say what is wrong
             await wait_until(lambda: now(self.ledger.all_ran), timeout=drain, interval=0.1)
         queue = self.producer_app.queue(self.queue)
+        with contextlib.suppress(AssertionError):
+            await wait_until(lambda: self._all_complete(queue), timeout=drain, interval=0.5)
         for key in self.ledger.lost[:5]:  # what became of them, for the report
             self.lost_records[key] = repr(await queue.info(key))
         await self.close()
+
+    async def _all_complete(self, queue: aioqueue.Queue) -> bool:
+        """Whether every confirmed job's record says complete (the ones that did not are
+        in ``ledger.incomplete``)."""
+        keys = self.ledger.incomplete or sorted(self.ledger.confirmed)
+        statuses: list[aioqueue.JobStatus | None] = []
+        for start in range(0, len(keys), 200):
+            part = keys[start : start + 200]
+            statuses += await asyncio.gather(*(queue.status(key) for key in part))
+        done = aioqueue.JobStatus.COMPLETE
+        self.ledger.incomplete = [k for k, s in zip(keys, statuses, strict=True) if s is not done]
+        return not self.ledger.incomplete
 
     async def close(self) -> None:
         self._stop.set()

@@ -19,6 +19,7 @@ from .core.handlers import Handler, Subscriber, check_subscriber
 from .core.keys import listener_wake_channel, validate_name
 from .core.registry import Registry
 from .core.settings import APP_DEFAULTS, AppSettings, prefix_from_env
+from .store import deadline
 from .store.clients import Connector
 from .store.connection import failure
 from .store.settled import SettledListener
@@ -327,9 +328,11 @@ class App:
 
     async def client(self) -> Redis:
         """The app's Redis client for the running event loop (created on first use).
-        Raises ServerUnavailable (or AuthenticationFailed, ...) if Redis cannot be used."""
+        Raises ServerUnavailable (or AuthenticationFailed, ...) if Redis cannot be used
+        (within ``call_timeout``)."""
         try:
-            return (await self._connector.connect()).shared
+            async with deadline.within(self.settings.call_timeout, "call_timeout"):
+                return (await self._connector.connect()).shared
         except RedisError as exc:
             raise failure(exc, self.redis_url or "") or exc from exc
 

@@ -10,8 +10,9 @@ Two pools, because their traffic differs:
 
 Every script aioqueue runs is safe to send twice (an enqueue finds its own record, a take
 returns what the same lease token took, acks carry the lease token), so a bounded retry
-after a dropped connection is safe and hides blips. Responses stay bytes: job payloads
-need not be UTF-8, and decoding must never destroy them.
+after a dropped connection is safe and hides blips; it is bounded by the call's deadline
+too (``deadline.DeadlineRetry``). Responses stay bytes: job payloads need not be UTF-8,
+and decoding must never destroy them.
 """
 
 from __future__ import annotations

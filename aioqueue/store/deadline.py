@@ -42,6 +42,8 @@ Scope = contextlib.AbstractAsyncContextManager[None]
 
 @dataclass(slots=True)
 class Deadline:
+    """The deadline of one call, and what its retries saw."""
+
     at: float  # event loop time
     patient: bool  # retry lost connections until ``at`` (not only a few times)
     seconds: float = 0.0  # as given (for the message)

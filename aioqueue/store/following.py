@@ -113,8 +113,9 @@ class FollowingConnection(SentinelManagedConnection):
         return reply
 
     def abandon(self) -> None:
-        """The master moved: a read blocked on the old one ends now (its caller's retry
-        reconnects to the new one); an idle connection reconnects at its next send."""
+        """The master moved: a read blocked on the old one ends now (``MasterChanged``:
+        its caller goes again, to the new one); an idle connection moves at its next
+        send."""
         writer = self._writer
         if self.reading and writer is not None:
             writer.transport.abort()

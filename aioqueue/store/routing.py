@@ -5,15 +5,17 @@ The hot path (enqueues, takes, offers, acks: see ``scripts``) sends EVALSHA pack
 that connection:
 
 - one Redis server (or a Sentinel-managed master): the client's own pool. A flush may
-  keep its connection between calls (``keep=True``: the enqueue batcher's line); a write
-  refused as READONLY (a failover demoted the server) drops it, and the call is sent
-  again on a fresh connection, which the Sentinel pool points at the new master.
+  keep its connection between calls (``keep=True``: the enqueue batcher's line); under
+  Sentinel that connection follows the master itself (``following``), and a write
+  refused as READONLY (a demoted server) drops it and goes again on a fresh one.
 - Redis Cluster: a pool per node, for the master that serves the key's slot. Replies
   that redirect are followed per call: MOVED (the slot has moved: the slot map is read
   again), ASK (the slot is being migrated and the keys are on the target: ``ASKING``
   before the call there) and TRYAGAIN (a multi-key call while the keys are split
-  between two nodes: pause and send again). Only the calls that were redirected are sent
-  again, so a call that ran is never repeated.
+  between two nodes: pause, backing off, and send again, for as long as the call's
+  deadline allows: ``deadline``). Only the calls that were redirected are sent again,
+  so a call that ran is never repeated. A node lost fails the call, unless it is an
+  enqueue (patient): that reads the slot map again and goes again, as resent.
 """
 
 from __future__ import annotations

@@ -57,8 +57,7 @@ async def test_a_manual_failover_loses_nothing(cluster: EmbeddedCluster, prefix:
         await chaos.start()
         in_flight = await chaos.in_flight()
         fault_at = time.monotonic()
-        await asyncio.to_thread(command, replica.port, "CLUSTER FAILOVER")
-        await wait_until(lambda: _role_is(replica.port, "master"), timeout=30, interval=0.05)
+        await manual_failover(replica)
         switched_at = time.monotonic()
         await chaos.confirmed_after(switched_at, 300)
         await chaos.finish()
@@ -69,6 +68,21 @@ async def test_a_manual_failover_loses_nothing(cluster: EmbeddedCluster, prefix:
         f"replica promoted {switched_at - fault_at:.2f}s after CLUSTER FAILOVER",
     )  # fmt: skip
     chaos.check(in_flight)
+
+
+async def manual_failover(replica: EmbeddedServer, tries: int = 3) -> None:
+    """``CLUSTER FAILOVER`` on ``replica`` until it is the master: a manual failover that
+    does not complete within Redis's own 5 s (a loaded machine) is abandoned by Redis,
+    and an operator asks again."""
+    for attempt in range(tries):
+        await asyncio.to_thread(command, replica.port, "CLUSTER FAILOVER")
+        try:
+            await wait_until(lambda: _role_is(replica.port, "master"), timeout=10, interval=0.05)
+        except AssertionError:
+            if attempt + 1 == tries:
+                raise
+        else:
+            return
 
 
 async def _role_is(port: int, wanted: str) -> bool:

@@ -14,9 +14,8 @@ import pytest
 from redis import Redis as SyncRedis
 
 from aioqueue.ops.embedded_sentinel import EmbeddedSentinel
-from tests.faults.chaos import Chaos, SentinelEvents, role, slow, writes
+from tests.faults.chaos import Chaos, SentinelEvents, slow, writes
 from tests.faults.test_network_cut import BlackHoleProxy
-from tests.helpers import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -75,11 +74,8 @@ async def test_a_planned_failover_loses_nothing_and_writes_nothing_to_the_old_ma
         before = await asyncio.to_thread(writes, old)
         switched_at = await events.wait("+switch-master")
         await chaos.confirmed_after(switched_at, 300)
-        after = await asyncio.to_thread(writes, old)  # (still a master: demoted later)
-        # Until the old master is demoted, whatever only it has is still readable there:
-        # wait for the Sentinels to demote it, so that a job written only to it is lost.
-        await wait_until(lambda: _is_replica(old), timeout=40, interval=0.2)
-        await chaos.finish()
+        after = await asyncio.to_thread(writes, old)  # (still a master: demoted ~10 s later)
+        await chaos.finish()  # (a job written only to the old master is not on the new one)
     finally:
         await chaos.close()
         await events.close()
@@ -93,10 +89,6 @@ async def test_a_planned_failover_loses_nothing_and_writes_nothing_to_the_old_ma
     )  # fmt: skip
     chaos.check(in_flight)
     assert after == before
-
-
-async def _is_replica(port: int) -> bool:
-    return await asyncio.to_thread(role, port) == "slave"
 
 
 @slow

@@ -80,6 +80,19 @@ async def test_a_read_from_a_stalled_server_ends_at_call_timeout(
         await app.close()
 
 
+async def test_connecting_to_a_stalled_server_ends_at_call_timeout(
+    stalled: EmbeddedServer, prefix: str
+) -> None:
+    app = aioqueue.App(redis_url=stalled.url, prefix=prefix, call_timeout=1, socket_timeout=5)
+    stalled.pause()
+    try:
+        with pytest.raises(aioqueue.ServerUnavailable, match=r"within 1s \(call_timeout\)"):
+            await app.client()  # (its first use: the scripts are loaded then)
+    finally:
+        stalled.resume()
+        await app.close()
+
+
 async def test_check_on_a_stalled_server_exits_2_within_call_timeout(
     stalled: EmbeddedServer, prefix: str
 ) -> None:

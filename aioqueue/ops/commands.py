@@ -54,8 +54,8 @@ async def run_check(app: App, args: argparse.Namespace) -> int:
     within the app's ``call_timeout`` (a probe's timeout must see exit code 2)."""
     need_url(app, "check")
     limit = app.settings.call_timeout
-    try:
-        async with asyncio.timeout(limit):
+    try:  # (a second more: a call's own deadline, which names the cause, comes first)
+        async with asyncio.timeout(limit + 1):
             return await _check(app, args)
     except TimeoutError:
         where = mask_url(app.redis_url or "")

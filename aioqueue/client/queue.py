@@ -222,8 +222,9 @@ class Queue(QueueAdmin):
             )  # fmt: skip
 
     async def _write(self, new: NewJob) -> Job[Any]:
-        try:
-            async with self._deadline():
+        timeout = self._host.settings.enqueue_timeout
+        try:  # (armed by the batcher: see store.batching)
+            with deadline.bound(timeout, "enqueue_timeout", patient=True):
                 result = await self._batcher.submit(new)
         except RedisError as exc:
             raise self._failure(exc, [new.id]) from exc

@@ -11,9 +11,11 @@ Since its calls never overlap, the batcher keeps one connection for them (``rout
 poll and metrics hooks, tens of µs a call). Bulk enqueues, which may overlap, check one
 out per call.
 
-Each enqueue keeps its own deadline (``deadline``: the App's ``enqueue_timeout``, set by
-its caller): a lone one is sent under it; a flush, on behalf of several callers, is sent
-under the latest of theirs, while each caller waits no longer than its own.
+Each enqueue has its deadline (``deadline``: the App's ``enqueue_timeout``, set by its
+caller, ``deadline.bound``: no timer per job); the batcher arms it: a lone enqueue is sent
+under its own, a flush, on behalf of several callers, under the earliest of theirs, so
+that no caller waits past its own (in a stall, a later caller of the flush may hear of
+it a little early).
 """
 
 from __future__ import annotations
@@ -63,21 +65,22 @@ class EnqueueBatcher:
         if not self._busy:
             self._busy = True
             try:
-                [result] = await enqueues.enqueue_many(
-                    await self._client(),
-                    self._keys,
-                    [job],
-                    span_ms=self._span_ms,
-                    keep=True,
-                    replica_timeout=self._replica_timeout,
-                )
+                async with deadline.keeping(deadline.current()):
+                    [result] = await enqueues.enqueue_many(
+                        await self._client(),
+                        self._keys,
+                        [job],
+                        span_ms=self._span_ms,
+                        keep=True,
+                        replica_timeout=self._replica_timeout,
+                    )
                 return result
             finally:
                 self._busy = False
                 self._start_flusher()
         future: asyncio.Future[Enqueued] = asyncio.get_running_loop().create_future()
         self._pending.append((job, future, deadline.current()))
-        return await future  # (the caller's deadline cancels this wait, not the flush)
+        return await future  # (its flush's deadline is no later than this caller's)
 
     async def submit_many(self, jobs: list[NewJob]) -> list[Enqueued]:
         """A bulk enqueue: sent at once, in script calls of up to MAX_ENQUEUE_BATCH jobs."""
@@ -98,7 +101,7 @@ class EnqueueBatcher:
     async def _flush(self) -> None:
         try:
             while self._pending and not self._busy:
-                # (a caller that gave up waiting, at its deadline, has its job not sent)
+                # (a caller that gave up waiting, cancelled, has its job not sent)
                 self._pending = [entry for entry in self._pending if not entry[1].done()]
                 if not self._pending:
                     break
@@ -125,7 +128,7 @@ class EnqueueBatcher:
                     future.set_result(result)
 
         try:
-            async with deadline.keeping(_latest(batch)):
+            async with deadline.keeping(_earliest(batch)):
                 await enqueues.enqueue_many(
                     await self._client(),
                     self._keys,
@@ -142,15 +145,13 @@ class EnqueueBatcher:
                     future.set_exception(exc)
 
 
-def _latest(batch: Batch) -> deadline.Deadline | None:
-    """The deadline a flush is sent under: its callers' latest (None if one has none)."""
-    latest: deadline.Deadline | None = None
+def _earliest(batch: Batch) -> deadline.Deadline | None:
+    """The deadline a flush is sent under: its callers' earliest (None if none has one)."""
+    earliest: deadline.Deadline | None = None
     for _, _, each in batch:
-        if each is None:
-            return None
-        if latest is None or each.at > latest.at:
-            latest = each
-    return latest
+        if each is not None and (earliest is None or each.at < earliest.at):
+            earliest = each
+    return earliest
 
 
 def _same_replicas(pending: Batch, limit: int) -> int:

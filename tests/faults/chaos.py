@@ -171,10 +171,10 @@ class Chaos:
         """Whether every confirmed job's record says complete (the ones that did not are
         in ``ledger.incomplete``)."""
         keys = self.ledger.incomplete or sorted(self.ledger.confirmed)
-        statuses: list[aioqueue.JobStatus | None] = []
-        for start in range(0, len(keys), 32):  # (a Cluster client raises past 64 at once)
-            part = keys[start : start + 32]
-            statuses += await asyncio.gather(*(queue.status(key) for key in part))
+        # One at a time: redis-py 8.1's Cluster client, reading its slot map again after
+        # a failover while other commands hold connections, fails some of them with
+        # "'NoneType' object has no attribute 'writelines'".
+        statuses = [await queue.status(key) for key in keys]
         done = aioqueue.JobStatus.COMPLETE
         self.ledger.incomplete = [k for k, s in zip(keys, statuses, strict=True) if s is not done]
         return not self.ledger.incomplete

@@ -12,15 +12,13 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 from redis.asyncio.connection import ConnectionPool
 from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 import aioqueue
@@ -143,67 +141,6 @@ def _connected_to(port: int) -> bool:
                 if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[3] == "01":
                     return True
     return False
-
-
-# -- the retry policy under a deadline ------------------------------------------------------
-
-
-async def _failing(times: int) -> tuple[Callable[[], Awaitable[str]], list[int]]:
-    calls: list[int] = []
-
-    async def do() -> str:
-        calls.append(1)
-        if len(calls) <= times:
-            raise RedisConnectionError("gone")
-        return "ok"
-
-    return do, calls
-
-
-async def _nothing(*_: Any) -> None:
-    return None
-
-
-async def test_a_patient_call_retries_until_its_deadline_not_a_count() -> None:
-    retry = deadline.DeadlineRetry(NoBackoff(), 2)
-    do, calls = await _failing(5)
-    async with deadline.within(5, patient=True):
-        assert await retry.call_with_retry(do, _nothing) == "ok"  # 5 failures, then done
-    assert len(calls) == 6
-    do, calls = await _failing(5)
-    async with deadline.within(5):  # not patient: the count governs too
-        with pytest.raises(RedisConnectionError):
-            await retry.call_with_retry(do, _nothing)
-    assert len(calls) == 3
-
-
-async def test_a_command_outside_any_call_is_bounded_by_the_default() -> None:
-    retry = deadline.DeadlineRetry(NoBackoff(), -1, default=0.2)  # retries without end...
-    failed: list[Exception] = []
-
-    async def stall() -> None:
-        await asyncio.Event().wait()
-
-    async def fail(error: Exception) -> None:
-        failed.append(error)
-
-    with pytest.raises(RedisTimeoutError, match=r"within 0.2s"):  # ...but not past 0.2 s
-        await retry.call_with_retry(stall, fail)
-    assert len(failed) == 1  # the connection under the attempt was dropped
-
-
-async def test_the_earlier_deadline_governs_and_names_its_setting() -> None:
-    with pytest.raises(RedisTimeoutError, match=r"within 0.1s \(outer_setting\)"):
-        async with deadline.within(0.1, "outer_setting"), deadline.within(10, "inner"):
-            assert deadline.remaining() is not None
-            await asyncio.Event().wait()
-    assert deadline.remaining() is None  # nothing left behind
-
-
-async def test_a_timeout_raised_inside_is_not_taken_for_the_deadline() -> None:
-    with pytest.raises(TimeoutError):
-        async with deadline.within(10):
-            await asyncio.wait_for(asyncio.Event().wait(), 0.01)
 
 
 async def test_a_pool_connection_reconnects_after_a_deadline_cut_its_read(

@@ -19,6 +19,7 @@ from .core.handlers import Handler, Subscriber, check_subscriber
 from .core.keys import listener_wake_channel, validate_name
 from .core.registry import Registry
 from .core.settings import APP_DEFAULTS, AppSettings, prefix_from_env
+from .store import deadline
 from .store.clients import Connector
 from .store.connection import failure
 from .store.settled import SettledListener
@@ -70,6 +71,8 @@ class App:
         dead_ttl: float = APP_DEFAULTS.dead_ttl,
         socket_timeout: float = APP_DEFAULTS.socket_timeout,
         connect_timeout: float = APP_DEFAULTS.connect_timeout,
+        enqueue_timeout: float = APP_DEFAULTS.enqueue_timeout,
+        call_timeout: float = APP_DEFAULTS.call_timeout,
         max_connections: int = APP_DEFAULTS.max_connections,
         due_first: Iterable[str] = APP_DEFAULTS.due_first,
         history: float = APP_DEFAULTS.history,
@@ -92,6 +95,8 @@ class App:
             dead_ttl=dead_ttl,
             socket_timeout=socket_timeout,
             connect_timeout=connect_timeout,
+            enqueue_timeout=enqueue_timeout,
+            call_timeout=call_timeout,
             max_connections=max_connections,
             due_first=frozenset([due_first] if isinstance(due_first, str) else due_first),
             history=history,
@@ -323,9 +328,11 @@ class App:
 
     async def client(self) -> Redis:
         """The app's Redis client for the running event loop (created on first use).
-        Raises ServerUnavailable (or AuthenticationFailed, ...) if Redis cannot be used."""
+        Raises ServerUnavailable (or AuthenticationFailed, ...) if Redis cannot be used
+        (within ``call_timeout``)."""
         try:
-            return (await self._connector.connect()).shared
+            async with deadline.within(self.settings.call_timeout, "call_timeout"):
+                return (await self._connector.connect()).shared
         except RedisError as exc:
             raise failure(exc, self.redis_url or "") or exc from exc
 

@@ -21,6 +21,7 @@ from redis.exceptions import RedisError
 
 from ..core.errors import ConfigError, UnknownTask
 from ..core.lifecycle import LinkedJob
+from ..store import deadline
 from ..store.batching import EnqueueBatcher
 from ..store.connection import failure
 from ..store.scripts import admin, links
@@ -158,7 +159,8 @@ class Queue(QueueAdmin):
                         [LinkedJob(job, group) for job, group in zip(new, groups, strict=True)]
                     )
                 else:
-                    results = await self._batcher.submit_many(new)
+                    async with self._deadline():
+                        results = await self._batcher.submit_many(new)
             except RedisError as exc:
                 raise self._failure(exc, [job.id for job in new]) from exc
         return [Job(self, job.id, created=r.created) for job, r in zip(new, results, strict=True)]
@@ -192,8 +194,11 @@ class Queue(QueueAdmin):
         a window from now, or a new run is scheduled (``debounce.lua``). Safe to repeat."""
         key, window_ms = options.id or "", options.debounce_ms() or 0
         try:
-            redis = await self._host.internal_client()
-            job_id, state = await admin.debounce(redis, self.keys, key, new, window_ms=window_ms)
+            async with self._deadline():
+                redis = await self._host.internal_client()
+                job_id, state = await admin.debounce(
+                    redis, self.keys, key, new, window_ms=window_ms
+                )
         except RedisError as exc:
             raise self._failure(exc, [key]) from exc
         return Job(self, job_id, created=state == "scheduled")
@@ -210,14 +215,17 @@ class Queue(QueueAdmin):
     ) -> list[Enqueued]:
         """Write jobs of groups and workflows (``enqueue_linked.lua``); safe to repeat."""
         settings = self._host.settings
-        return await links.enqueue_linked(
-            await self._host.internal_client(), self.keys, jobs, seal=seal,
-            span_ms=settings.idempotency_ttl_ms, result_ttl_ms=settings.result_ttl_ms,
-        )  # fmt: skip
+        async with self._deadline():
+            return await links.enqueue_linked(
+                await self._host.internal_client(), self.keys, jobs, seal=seal,
+                span_ms=settings.idempotency_ttl_ms, result_ttl_ms=settings.result_ttl_ms,
+            )  # fmt: skip
 
     async def _write(self, new: NewJob) -> Job[Any]:
-        try:
-            result = await self._batcher.submit(new)
+        timeout = self._host.settings.enqueue_timeout
+        try:  # (armed by the batcher: see store.batching)
+            with deadline.bound(timeout, "enqueue_timeout", patient=True):
+                result = await self._batcher.submit(new)
         except RedisError as exc:
             raise self._failure(exc, [new.id]) from exc
         return Job(self, new.id, created=result.created)
@@ -237,6 +245,10 @@ class Queue(QueueAdmin):
             except Exception:
                 logger.exception("observer %r failed in enqueuing", observer)
         return headers
+
+    def _deadline(self) -> deadline.Scope:
+        """An enqueue's one deadline, retries and waits (a failover, a slot move) included."""
+        return deadline.within(self._host.settings.enqueue_timeout, "enqueue_timeout", patient=True)
 
     def _failure(self, exc: RedisError, job_ids: list[str]) -> Exception:
         """What an enqueue that Redis failed raises: an aioqueue error saying why and

@@ -43,6 +43,14 @@ def check_timeout(timeout: float | None, where: str) -> None:
         raise ConfigError(f"{where}: timeout must be positive (or None for no limit)")
 
 
+def _check_seconds(name: str, value: object) -> None:
+    """A timeout setting is a positive, finite number of seconds."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{name} must be a number of seconds, not {value!r}")
+    if not (value > 0 and math.isfinite(value)):
+        raise ConfigError(f"{name} must be a positive number of seconds, not {value!r}")
+
+
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 URL_SCHEMES = ("redis", "rediss", "unix", *CLUSTER_SCHEMES, *SENTINEL_SCHEMES)
@@ -139,8 +147,10 @@ class AppSettings:
     default_max_attempts: int = 3
     dead_max_jobs: int = 100_000  # per queue; the oldest go first; 0 = no cap
     dead_ttl: float = 30 * 24 * 3600.0  # seconds a dead job is kept; 0 = forever
-    socket_timeout: float = 5.0
-    connect_timeout: float = 5.0
+    socket_timeout: float = 5.0  # one read or write on a connection
+    connect_timeout: float = 5.0  # one connect (and its handshake)
+    enqueue_timeout: float = 10.0  # an enqueue in all: retries, a failover or a slot move
+    call_timeout: float = 5.0  # every other call in all (reads, admin, check): retries too
     max_connections: int = 64
     due_first: frozenset[str] = frozenset()  # queues whose due delayed jobs jump the queue
     history: float = 24 * 3600.0  # seconds of per-minute outcome counts kept; 0 = none
@@ -168,10 +178,10 @@ class AppSettings:
             raise ConfigError("dead_max_jobs and dead_ttl must not be negative")
         if self.default_max_attempts < 1:
             raise ConfigError("default_max_attempts must be at least 1")
-        if self.socket_timeout <= 0 or self.connect_timeout <= 0:
-            raise ConfigError("timeouts must be positive")
         if self.max_connections < 4:
             raise ConfigError("max_connections must be at least 4")
+        for name in ("socket_timeout", "connect_timeout", "enqueue_timeout", "call_timeout"):
+            _check_seconds(name, getattr(self, name))
 
     @property
     def result_ttl_ms(self) -> int:

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 from rich.console import Group
 from rich.live import Live
 
-from ..core.errors import ConfigError
-from ..core.settings import ENV_REDIS_URL
+from ..core.errors import ConfigError, ServerUnavailable
+from ..core.settings import ENV_REDIS_URL, mask_url
 from .tables import (
     WHEN,
     QueueSnapshot,
@@ -47,8 +47,21 @@ def need_url(app: App, command: str) -> None:
 async def run_check(app: App, args: argparse.Namespace) -> int:
     """Print the live workers per queue, and what is wrong: 1 if a queue has no live
     worker or the server may evict queue keys, else 0. Workers of one queue that serve
-    different task sets are a warning (a deploy in progress looks the same)."""
+    different task sets are a warning (a deploy in progress looks the same). All of it
+    within the app's ``call_timeout`` (a probe's timeout must see exit code 2)."""
     need_url(app, "check")
+    limit = app.settings.call_timeout
+    try:  # (a second more: a call's own deadline, which names the cause, comes first)
+        async with asyncio.timeout(limit + 1):
+            return await _check(app, args)
+    except TimeoutError:
+        where = mask_url(app.redis_url or "")
+        raise ServerUnavailable(
+            f"cannot reach Redis at {where}: no answer within {limit:g}s (call_timeout)"
+        ) from None
+
+
+async def _check(app: App, args: argparse.Namespace) -> int:
     healthy = True
     names = args.queues or app.queue_names()
     for name in names:

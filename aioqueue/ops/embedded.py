@@ -198,11 +198,31 @@ class EmbeddedServer(Started):
 
     def stop(self) -> None:
         """Terminate the server (SIGTERM, then SIGKILL) and remove its directory."""
+        self.resume()  # (a stopped process cannot act on SIGTERM)
         process, self._process = self._process, None
         terminate(process)
         if self._tempdir is not None:
             self._tempdir.cleanup()
             self._tempdir, self._workdir = None, None
+
+    def add_args(self, *args: str) -> None:
+        """More command-line arguments for the server (before it starts)."""
+        self._extra_args += args
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs."""
+        return self._process.pid if self._process is not None else None
+
+    def pause(self) -> None:
+        """SIGSTOP the server: connections stay open, nothing is answered (a stalled
+        server, for the tests); ``resume`` ends it."""
+        if self._process is not None:
+            self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self._process is not None:
+            self._process.send_signal(signal.SIGCONT)
 
     def kill(self) -> None:
         """SIGKILL the server, keeping its directory (for restart tests)."""

@@ -24,7 +24,9 @@ class EmbeddedCluster(Started):
     127.0.0.1, from the same binary as ``EmbeddedServer``: for tests and benchmarks.
 
     The slots are split evenly between the masters (in port order); ``url`` is the
-    ``redis+cluster://`` URL of every master.
+    ``redis+cluster://`` URL of every master. ``announce`` (before ``start``) has nodes
+    tell clients another port than their own (a proxy's, for the network-cut tests); the
+    nodes still talk to each other directly, on their bus ports.
     """
 
     def __init__(self, masters: int = 3, replicas: int = 0, node_timeout_ms: int = 2000) -> None:
@@ -33,11 +35,12 @@ class EmbeddedCluster(Started):
         args = [
             "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
             "--cluster-node-timeout", str(node_timeout_ms), "--cluster-require-full-coverage",
-            "no",
+            "no", "--repl-diskless-sync-delay", "0",  # (a replica's first sync at once)
         ]  # fmt: skip
         self.masters = [_cluster_node(args) for _ in range(masters)]
         self.replicas = [_cluster_node(args) for _ in range(masters * replicas)]
         self._replicas_per_master = replicas
+        self.announced: dict[int, int] = {}  # a node's port -> the port clients are told
 
     @property
     def nodes(self) -> list[EmbeddedServer]:
@@ -45,8 +48,19 @@ class EmbeddedCluster(Started):
 
     @property
     def url(self) -> str:
-        hosts = ",".join(f"127.0.0.1:{server.port}" for server in self.masters)
-        return f"redis+cluster://{hosts}"
+        ports = (self.announced.get(server.port, server.port) for server in self.masters)
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{port}" for port in ports)
+
+    def announce(self, ports: dict[int, int]) -> None:
+        """Have each node (by its port) announce ``ports[port]`` to clients."""
+        self.announced = dict(ports)
+        for server in self.nodes:
+            if server.port in ports:
+                server.add_args(
+                    "--cluster-announce-ip", "127.0.0.1",
+                    "--cluster-announce-port", str(ports[server.port]),
+                    "--cluster-announce-bus-port", str(server.port + 10_000),
+                )  # fmt: skip
 
     def start(self, timeout: float = 20.0) -> str:
         """Start every node, assign the slots, join them, wait until the cluster is ok."""
@@ -79,6 +93,10 @@ class EmbeddedCluster(Started):
                 master_id = _text(clients[master.port].execute_command("CLUSTER MYID"))
                 clients[replica.port].execute_command("CLUSTER REPLICATE", master_id)
             self._wait(clients, timeout, _cluster_ok)
+            # A replica can take over only once it has its master's data: until its first
+            # sync is done, a failover (manual or not) would wait or never happen.
+            replicas = {replica.port: clients[replica.port] for replica in self.replicas}
+            self._wait(replicas, timeout, _synced)
         finally:
             for client in clients.values():
                 client.close()
@@ -121,6 +139,11 @@ def _count_nodes(client: Any) -> int:
     """How many nodes a node knows (redis-py parses CLUSTER NODES into a dict)."""
     nodes = client.execute_command("CLUSTER NODES")
     return len(nodes) if isinstance(nodes, dict) else len(_text(nodes).strip().splitlines())
+
+
+def _synced(client: Any) -> bool:
+    """Whether a replica is in sync with its master (its link is up)."""
+    return bool(client.info("replication").get("master_link_status") == "up")
 
 
 def _cluster_ok(client: Any) -> bool:

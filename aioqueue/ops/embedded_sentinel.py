@@ -28,13 +28,15 @@ from .embedded import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
 
 class EmbeddedSentinel(Started):
     """A master, ``replicas`` replicas and ``sentinels`` Sentinels on 127.0.0.1 (one
     service, ``service``), from the same binary as ``EmbeddedServer``: for tests and
-    benchmarks. ``url`` is the ``redis+sentinel://`` URL of the Sentinels."""
+    benchmarks. ``url`` is the ``redis+sentinel://`` URL of the Sentinels; ``server_args``
+    go to every data server (by default: a replica's full sync starts at once, not after
+    Redis's default 5 s wait for more replicas)."""
 
     def __init__(
         self,
@@ -42,15 +44,30 @@ class EmbeddedSentinel(Started):
         replicas: int = 1,
         sentinels: int = 3,
         down_after_ms: int = 1000,
+        server_args: Sequence[str] = ("--repl-diskless-sync-delay", "0"),
     ) -> None:
         self.service = service
-        self.master = EmbeddedServer()
+        self.master = EmbeddedServer(extra_args=server_args)
         self.replicas = [
-            EmbeddedServer(extra_args=["--replicaof", "127.0.0.1", str(self.master.port)])
+            EmbeddedServer(
+                extra_args=["--replicaof", "127.0.0.1", str(self.master.port), *server_args]
+            )
             for _ in range(replicas)
         ]
         self.sentinels = [_SentinelProcess() for _ in range(sentinels)]
         self._down_after_ms = down_after_ms
+        self.announced: dict[int, int] = {}  # a server's port -> the port it is known by
+
+    def announce(self, ports: dict[int, int]) -> None:
+        """Have each server (by its port) known by ``ports[port]`` (a proxy's, for the
+        network-cut tests): the Sentinels watch the master there, replicas announce it."""
+        self.announced = dict(ports)
+        for server in self.servers:
+            if server.port in ports:
+                server.add_args(
+                    "--replica-announce-ip", "127.0.0.1",
+                    "--replica-announce-port", str(ports[server.port]),
+                )  # fmt: skip
 
     @property
     def url(self) -> str:
@@ -69,8 +86,9 @@ class EmbeddedSentinel(Started):
                 server.start()
             self._wait(timeout, self._replicas_synced, "the replicas did not sync")
             quorum = len(self.sentinels) // 2 + 1
+            master = self.announced.get(self.master.port, self.master.port)
             for sentinel in self.sentinels:
-                sentinel.start(self.service, self.master.port, quorum, self._down_after_ms)
+                sentinel.start(self.service, master, quorum, self._down_after_ms)
             self._wait(timeout, self._sentinels_ready, "the Sentinels did not see everyone")
         except BaseException:
             self.stop()

@@ -20,5 +20,8 @@ heartbeats    workers' heartbeats per queue
 stored_limits a queue's limits, as the hash take.lua obeys
 server        what the server is set to, where it matters (its eviction policy)
 connection    the App's Redis clients, their retry policy, and Redis failures as errors
+deadline      one total deadline per public call, retries included; the retry policy
+sentinel      following a Sentinel-managed master through failovers, planned or not
+following     the connections that follow it (and refuse a demoted master)
 clients       the App's clients over their life: made per event loop, and closed
 """

@@ -10,6 +10,12 @@ Since its calls never overlap, the batcher keeps one connection for them (``rout
 ``keep=True``), and skips the pool's per-call checkout (in redis-py 8: a lock, a readiness
 poll and metrics hooks, tens of µs a call). Bulk enqueues, which may overlap, check one
 out per call.
+
+Each enqueue has its deadline (``deadline``: the App's ``enqueue_timeout``, set by its
+caller, ``deadline.bound``: no timer per job); the batcher arms it: a lone enqueue is sent
+under its own, a flush, on behalf of several callers, under the earliest of theirs, so
+that no caller waits past its own (in a stall, a later caller of the flush may hear of
+it a little early).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from . import deadline
 from .scripts import enqueues
 
 if TYPE_CHECKING:
@@ -33,7 +40,7 @@ if TYPE_CHECKING:
 # waiting for the last job).
 FLUSH_CHUNK = 100
 
-Batch = list[tuple["NewJob", "asyncio.Future[Enqueued]"]]
+Batch = list[tuple["NewJob", "asyncio.Future[Enqueued]", "deadline.Deadline | None"]]
 
 
 class EnqueueBatcher:
@@ -58,21 +65,22 @@ class EnqueueBatcher:
         if not self._busy:
             self._busy = True
             try:
-                [result] = await enqueues.enqueue_many(
-                    await self._client(),
-                    self._keys,
-                    [job],
-                    span_ms=self._span_ms,
-                    keep=True,
-                    replica_timeout=self._replica_timeout,
-                )
+                async with deadline.keeping(deadline.current()):
+                    [result] = await enqueues.enqueue_many(
+                        await self._client(),
+                        self._keys,
+                        [job],
+                        span_ms=self._span_ms,
+                        keep=True,
+                        replica_timeout=self._replica_timeout,
+                    )
                 return result
             finally:
                 self._busy = False
                 self._start_flusher()
         future: asyncio.Future[Enqueued] = asyncio.get_running_loop().create_future()
-        self._pending.append((job, future))
-        return await future
+        self._pending.append((job, future, deadline.current()))
+        return await future  # (its flush's deadline is no later than this caller's)
 
     async def submit_many(self, jobs: list[NewJob]) -> list[Enqueued]:
         """A bulk enqueue: sent at once, in script calls of up to MAX_ENQUEUE_BATCH jobs."""
@@ -93,32 +101,16 @@ class EnqueueBatcher:
     async def _flush(self) -> None:
         try:
             while self._pending and not self._busy:
+                # (a caller that gave up waiting, cancelled, has its job not sent)
+                self._pending = [entry for entry in self._pending if not entry[1].done()]
+                if not self._pending:
+                    break
                 size = _same_replicas(self._pending, enqueues.MAX_ENQUEUE_BATCH)
                 batch = self._pending[:size]
                 del self._pending[:size]
                 self._busy = True
-
-                def settle(start: int, results: list[Enqueued], batch: Batch = batch) -> None:
-                    chunk = batch[start : start + len(results)]
-                    for (_, future), result in zip(chunk, results, strict=True):
-                        if not future.done():  # its caller may have given up waiting
-                            future.set_result(result)
-
                 try:
-                    await enqueues.enqueue_many(
-                        await self._client(),
-                        self._keys,
-                        [job for job, _ in batch],
-                        chunk=FLUSH_CHUNK,
-                        on_chunk=settle,
-                        span_ms=self._span_ms,
-                        keep=True,
-                        replica_timeout=self._replica_timeout,
-                    )
-                except Exception as exc:
-                    for _, future in batch:
-                        if not future.done():
-                            future.set_exception(exc)
+                    await self._send(batch)
                 finally:
                     self._busy = False
         finally:
@@ -126,13 +118,48 @@ class EnqueueBatcher:
             if self._pending and not self._busy:
                 self._start_flusher()
 
+    async def _send(self, batch: Batch) -> None:
+        """One flush: its callers' futures get their results, or the error."""
+
+        def settle(start: int, results: list[Enqueued]) -> None:
+            chunk = batch[start : start + len(results)]
+            for (_, future, _), result in zip(chunk, results, strict=True):
+                if not future.done():  # its caller may have given up waiting
+                    future.set_result(result)
+
+        try:
+            async with deadline.keeping(_earliest(batch)):
+                await enqueues.enqueue_many(
+                    await self._client(),
+                    self._keys,
+                    [job for job, _, _ in batch],
+                    chunk=FLUSH_CHUNK,
+                    on_chunk=settle,
+                    span_ms=self._span_ms,
+                    keep=True,
+                    replica_timeout=self._replica_timeout,
+                )
+        except Exception as exc:
+            for _, future, _ in batch:
+                if not future.done():
+                    future.set_exception(exc)
+
+
+def _earliest(batch: Batch) -> deadline.Deadline | None:
+    """The deadline a flush is sent under: its callers' earliest (None if none has one)."""
+    earliest: deadline.Deadline | None = None
+    for _, _, each in batch:
+        if each is not None and (earliest is None or each.at < earliest.at):
+            earliest = each
+    return earliest
+
 
 def _same_replicas(pending: Batch, limit: int) -> int:
     """How many of the first jobs go in one flush: up to ``limit``, all asking for the
     same number of replicas (a flush waits for the most any of its jobs asks, and a job
     that asked for none must not wait, nor fail, for another's)."""
     wanted = pending[0][0].replicas
-    for index, (job, _) in enumerate(pending[:limit]):
+    for index, (job, _, _) in enumerate(pending[:limit]):
         if job.replicas != wanted:
             return index
     return min(limit, len(pending))

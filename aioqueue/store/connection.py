@@ -10,8 +10,9 @@ Two pools, because their traffic differs:
 
 Every script aioqueue runs is safe to send twice (an enqueue finds its own record, a take
 returns what the same lease token took, acks carry the lease token), so a bounded retry
-after a dropped connection is safe and hides blips. Responses stay bytes: job payloads
-need not be UTF-8, and decoding must never destroy them.
+after a dropped connection is safe and hides blips; it is bounded by the call's deadline
+too (``deadline.DeadlineRetry``). Responses stay bytes: job payloads need not be UTF-8,
+and decoding must never destroy them.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis, RedisCl
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
-from redis.backoff import ExponentialWithJitterBackoff
+from redis.asyncio.sentinel import Sentinel
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.exceptions import AuthenticationError, NoPermissionError, OutOfMemoryError, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -48,7 +49,10 @@ from ..core.settings import (
     mask_url,
     sentinel_service,
 )
+from .deadline import DeadlineRetry
+from .following import FollowingPool
 from .routing import close_lines
+from .sentinel import MasterWatch
 
 if TYPE_CHECKING:
     from ..core.settings import AppSettings
@@ -64,8 +68,11 @@ class Clients:
     internal: Redis
     owned: bool = True  # False: the user's own client (App(client=...)), not ours to close
     sentinel: Sentinel | None = None  # its clients of the Sentinels, closed with ours
+    watch: MasterWatch | None = None  # Sentinel: where the master is, kept current
 
     async def aclose(self) -> None:
+        if self.watch is not None:
+            await self.watch.aclose()
         for client in (self.shared, self.internal):
             await lines_closed(client)
         if self.owned:
@@ -128,7 +135,6 @@ def make_clients(url: str, settings: AppSettings) -> Clients:
     options: dict[str, Any] = {
         "socket_timeout": settings.socket_timeout,
         "socket_connect_timeout": settings.connect_timeout,
-        "retry": Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), RETRIES),
         "retry_on_error": [RedisConnectionError, RedisTimeoutError],
         "decode_responses": False,
         **_no_maintenance_handshake(),
@@ -137,10 +143,26 @@ def make_clients(url: str, settings: AppSettings) -> Clients:
         url,
         max_connections=settings.max_connections,
         timeout=settings.connect_timeout + settings.socket_timeout,  # wait for a free one
+        retry=retry_policy(RETRIES, settings.call_timeout, patient_connects=False),
         **options,
     )
-    internal = ConnectionPool.from_url(url, max_connections=INTERNAL_MAX_CONNECTIONS, **options)
+    internal = ConnectionPool.from_url(
+        url, max_connections=INTERNAL_MAX_CONNECTIONS,
+        retry=retry_policy(RETRIES, patient_connects=False), **options,
+    )  # fmt: skip
     return Clients(Redis.from_pool(shared), Redis.from_pool(internal))
+
+
+def retry_policy(
+    retries: int, default: float | None = None, *, patient_connects: bool = True
+) -> DeadlineRetry:
+    """How a connection retries after losing its server: a few times, backing off, and
+    never past the deadline of the call under way (``deadline``); ``default`` bounds a
+    command sent outside any call (the shared client's: user-driven calls). An enqueue
+    retries until its deadline, a server that refuses connections too unless
+    ``patient_connects`` is off (one server: down is down; under Sentinel, a failover)."""
+    backoff = ExponentialWithJitterBackoff(base=0.05, cap=1.0)
+    return DeadlineRetry(backoff, retries, default=default, patient_connects=patient_connects)
 
 
 def _cluster_clients(url: str, settings: AppSettings) -> Clients:
@@ -175,11 +197,11 @@ def _cluster_clients(url: str, settings: AppSettings) -> Clients:
 
 def _sentinel_clients(url: str, settings: AppSettings) -> Clients:
     """Two clients of the master that the Sentinels name (``redis+sentinel://host:port
-    [,host:port...]/SERVICE[/db]``). Each connection asks the Sentinels for the master
-    when it connects; one still open to a demoted master has its READONLY reply turned
-    into a connection error by redis-py, so the retry reconnects to the new master. The
-    URL's credentials are the data nodes'; ``sentinel_username`` / ``sentinel_password``
-    in the query string are the Sentinels' own."""
+    [,host:port...]/SERVICE[/db]``), whose connections follow it through failovers
+    (``sentinel.MasterWatch``: writes wait while one is under way, and every connection
+    moves to the new master at its switch). The URL's credentials are the data nodes';
+    ``sentinel_username`` / ``sentinel_password`` in the query string are the Sentinels'
+    own."""
     parts = urlsplit(url)
     nodes, service, db = sentinel_service(url)
     query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
@@ -187,7 +209,7 @@ def _sentinel_clients(url: str, settings: AppSettings) -> Clients:
         "socket_timeout": settings.socket_timeout,
         "socket_connect_timeout": settings.connect_timeout,
     }
-    sentinel_kwargs: dict[str, Any] = dict(timeouts)
+    sentinel_kwargs: dict[str, Any] = {**timeouts, "retry": Retry(NoBackoff(), 1)}
     for option in ("username", "password"):
         if f"sentinel_{option}" in query:
             sentinel_kwargs[option] = query[f"sentinel_{option}"]
@@ -195,7 +217,6 @@ def _sentinel_clients(url: str, settings: AppSettings) -> Clients:
         **timeouts, "db": db, "decode_responses": False,
         "username": unquote(parts.username) if parts.username else None,
         "password": unquote(parts.password) if parts.password else None,
-        "retry": Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), SENTINEL_RETRIES),
         "retry_on_error": [RedisConnectionError, RedisTimeoutError],
         **_no_maintenance_handshake(),
     }  # fmt: skip
@@ -203,16 +224,16 @@ def _sentinel_clients(url: str, settings: AppSettings) -> Clients:
         options["ssl"] = True
         options.update({k: v for k, v in query.items() if k.startswith("ssl_")})
     sentinel = Sentinel(nodes, sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]
+    watch = MasterWatch(sentinel, service, sentinel_kwargs)
 
-    def client(max_connections: int) -> Redis:
-        pool = SentinelConnectionPool(  # type: ignore[no-untyped-call]
-            service, sentinel, max_connections=max_connections, **options
-        )
+    def client(default: float | None) -> Redis:
+        pool = FollowingPool(
+            service, sentinel, watch, max_connections=INTERNAL_MAX_CONNECTIONS,
+            retry=retry_policy(SENTINEL_RETRIES, default), **options,
+        )  # fmt: skip
         return Redis.from_pool(pool)
 
-    return Clients(
-        client(INTERNAL_MAX_CONNECTIONS), client(INTERNAL_MAX_CONNECTIONS), sentinel=sentinel
-    )
+    return Clients(client(settings.call_timeout), client(None), sentinel=sentinel, watch=watch)
 
 
 def _no_maintenance_handshake() -> dict[str, Any]:

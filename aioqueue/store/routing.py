@@ -5,15 +5,17 @@ The hot path (enqueues, takes, offers, acks: see ``scripts``) sends EVALSHA pack
 that connection:
 
 - one Redis server (or a Sentinel-managed master): the client's own pool. A flush may
-  keep its connection between calls (``keep=True``: the enqueue batcher's line); a write
-  refused as READONLY (a failover demoted the server) drops it, and the call is sent
-  again on a fresh connection, which the Sentinel pool points at the new master.
+  keep its connection between calls (``keep=True``: the enqueue batcher's line); under
+  Sentinel that connection follows the master itself (``following``), and a write
+  refused as READONLY (a demoted server) drops it and goes again on a fresh one.
 - Redis Cluster: a pool per node, for the master that serves the key's slot. Replies
   that redirect are followed per call: MOVED (the slot has moved: the slot map is read
   again), ASK (the slot is being migrated and the keys are on the target: ``ASKING``
   before the call there) and TRYAGAIN (a multi-key call while the keys are split
-  between two nodes: pause and send again). Only the calls that were redirected are sent
-  again, so a call that ran is never repeated.
+  between two nodes: pause, backing off, and send again, for as long as the call's
+  deadline allows: ``deadline``). Only the calls that were redirected are sent again,
+  so a call that ran is never repeated. A node lost fails the call, unless it is an
+  enqueue (patient): that reads the slot map again and goes again, as resent.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from . import wire
+from ..core.errors import describe
+from . import deadline, wire
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -48,9 +51,11 @@ if TYPE_CHECKING:
     from .loader import Script
 
 MAX_REDIRECTS = 16  # rounds of MOVED before giving up on a call (a slot map gone wrong)
-TRY_AGAIN_PAUSE = 0.05  # seconds before resending a call refused with TRYAGAIN...
-TRY_AGAIN_FOR = 15.0  # ...and of ASK / TRYAGAIN at most this long (a migration under way:
-# while a call's keys are split, the source says ASK and the target TRYAGAIN, in turn)
+TRY_AGAIN_PAUSE = 0.05  # seconds before resending a call refused with TRYAGAIN, doubling...
+TRY_AGAIN_MAX_PAUSE = 0.5  # ...up to this: a long migration is not polled 20 times a second
+TRY_AGAIN_FOR = 15.0  # ASK / TRYAGAIN at most this long outside a call's deadline (a
+# migration under way: while a call's keys are split, the source says ASK and the target
+# TRYAGAIN, in turn); an enqueue waits as long as its own deadline (``enqueue_timeout``)
 TIME_TRIES = 3  # TIME on a cluster node: a connection redis-py just recycled can fail it
 _ASKING = wire.array(1) + wire.bulk(b"ASKING")
 
@@ -108,11 +113,19 @@ class Lines:
                 await pool.release(connection)
                 raise
             if keep:
-                self._kept[key] = connection
+                await self._keep(key, connection)
             else:
                 await pool.release(connection)
             return replies
         raise AssertionError("unreachable")
+
+    async def _keep(self, key: str, connection: AbstractConnection) -> None:
+        """Keep ``connection`` for ``key``; one kept meanwhile (by another caller sending
+        for the same key: two batchers of one queue on one client) goes back to the pool."""
+        previous = self._kept.get(key)
+        self._kept[key] = connection
+        if previous is not None and previous is not connection:
+            await self.redis.connection_pool.release(previous)
 
     async def close(self) -> None:
         """Give back kept connections, close the cluster nodes' pools."""
@@ -140,39 +153,42 @@ class Lines:
         todo = list(range(len(commands)))
         asking: ClusterNode | None = None
         redirects, loop = 0, asyncio.get_running_loop()
-        give_up = loop.time() + TRY_AGAIN_FOR
+        give_up = loop.time() + (deadline.remaining(TRY_AGAIN_FOR) or 0.0)
         redirect = ResponseError("no master serves the slot")
+        pause = _Pause()
         while redirects < MAX_REDIRECTS and loop.time() < give_up:
             node = asking or cluster.get_node_from_key(key)
             if node is None:  # no master for the slot (a failover under way)
-                await cluster.nodes_manager.initialize()
+                await _read_slots(cluster, pause)
                 continue
-            sent = [commands[i] for i in todo]
-            if asking is not None:  # ASKING is good for the one command after it
-                sent = [_ASKING + command for command in sent]
-
-            def heard(index: int, reply: Any, todo: list[int] = todo) -> None:
-                if on_reply is not None:
-                    on_reply(todo[index], reply)
-
             try:
-                got = await self._on_node(node, script, sent, heard, resent, asking is not None)
+                got = await self._on_node(node, script, commands, todo, on_reply, asking)
             except (RedisConnectionError, RedisTimeoutError):
-                # The node is gone (a failover may be under way): the next call reads the
-                # slot map again rather than knock on the same door.
-                with contextlib.suppress(RedisError, RedisClusterException):
-                    await cluster.nodes_manager.initialize()
-                raise
+                # The node is gone (a failover may be under way): read the slot map again
+                # rather than knock on the same door. A patient call (an enqueue) tries
+                # again within its deadline; what went out may have run: it goes as resent.
+                patient = _patient() and loop.time() < give_up
+                await _read_slots(cluster, pause if patient else None)
+                if not patient:
+                    raise
+                commands, asking = (resent(commands) if resent else commands), None
+                continue
             todo, redirect = _sort_replies(todo, got, replies)
             if not todo:
                 return replies
             redirects += isinstance(redirect, MovedError)
             self.redirects[type(redirect).__name__] += 1
-            asking = await self._follow(cluster, redirect)
-        raise ResponseError(f"gave up following redirections for key {key!r}: {redirect}")
+            asking = await self._follow(cluster, redirect, pause)
+        if redirects >= MAX_REDIRECTS:
+            raise ResponseError(f"gave up following redirections for key {key!r}: {redirect}")
+        raise RedisTimeoutError(  # a migration longer than the call's deadline
+            f"the slot of {key!r} is still moving ({describe(redirect)})"
+        )
 
     @staticmethod
-    async def _follow(cluster: RedisCluster, redirect: ResponseError) -> ClusterNode | None:
+    async def _follow(
+        cluster: RedisCluster, redirect: ResponseError, pause: _Pause
+    ) -> ClusterNode | None:
         """Act on a redirection; the node to send to with ASKING (for an ASK)."""
         if isinstance(redirect, MovedError):  # the slot map is stale: read it again
             await cluster.nodes_manager.initialize()
@@ -182,7 +198,7 @@ class Lines:
                 return target
             await cluster.nodes_manager.initialize()
         else:
-            await asyncio.sleep(TRY_AGAIN_PAUSE)
+            await pause.sleep()
         return None
 
     async def _on_node(
@@ -190,33 +206,66 @@ class Lines:
         node: ClusterNode,
         script: Script,
         commands: list[bytes],
-        on_reply: OnReply,
-        resent: Resent | None,
-        asking: bool,
+        todo: list[int],
+        on_reply: OnReply | None,
+        asking: ClusterNode | None,
     ) -> list[Any]:
-        """Send on a connection to ``node``; with ``asking``, each command is preceded by
-        ASKING, whose OK replies are dropped here."""
+        """Send the calls ``todo`` (indexes in ``commands``) on a connection to ``node``;
+        with ``asking``, each is preceded by ASKING, whose OK replies are dropped here."""
+        sent = [commands[i] for i in todo]
+
+        def heard(index: int, reply: Any) -> None:
+            if on_reply is not None:
+                on_reply(todo[index], reply)
+
         pool = self._node_pools.get(node.name)
         if pool is None:
             pool = self._node_pools[node.name] = node_pool(node)
         connection = await wire.checkout(pool)
         try:
-            if not asking:
-                return await wire.send_each(connection, script, commands, on_reply, resent)
+            if asking is None:
+                return await wire.send_each(connection, script, sent, heard)
             # Each packed command is "ASKING + call": two replies, the first an OK.
-            await connection.send_packed_command(commands)
+            await connection.send_packed_command([_ASKING + command for command in sent])
             replies: list[Any] = []
-            for index in range(len(commands)):
+            for index in range(len(sent)):
                 await connection.read_response()  # ASKING's OK
                 try:
                     replies.append(reply := await connection.read_response())
                 except ResponseError as exc:
                     replies.append(exc)
                     continue
-                on_reply(index, reply)
+                heard(index, reply)
             return replies
         finally:
             await pool.release(connection)
+
+
+def _patient() -> bool:
+    """Whether the call under way retries a lost node until its deadline (an enqueue)."""
+    current = deadline.current()
+    return current is not None and current.patient
+
+
+async def _read_slots(cluster: RedisCluster, pause: _Pause | None) -> None:
+    """Read the slot map again (if a node answers), then pause (if given)."""
+    with contextlib.suppress(RedisError, RedisClusterException):
+        await cluster.nodes_manager.initialize()
+    if pause is not None:
+        await pause.sleep()
+
+
+class _Pause:
+    """The pauses between TRYAGAINs of one call: TRY_AGAIN_PAUSE, doubling up to
+    TRY_AGAIN_MAX_PAUSE (and never past the call's deadline)."""
+
+    def __init__(self) -> None:
+        self.next = TRY_AGAIN_PAUSE
+
+    async def sleep(self) -> None:
+        left = deadline.remaining()
+        await asyncio.sleep(self.next if left is None else max(0.0, min(self.next, left)))
+        self.next = min(2 * self.next, TRY_AGAIN_MAX_PAUSE)
 
 
 def node_pool(node: ClusterNode) -> ConnectionPool:

@@ -28,25 +28,21 @@ import socket
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Protocol
 
-from redis.exceptions import AuthenticationError, NoPermissionError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
-from ..core.errors import ServerRefused, ServerUnavailable, describe
 from ..core.keys import QueueKeys, TopicKeys
 from ..core.observers import JobWatchers
-from ..core.settings import WORKER_DEFAULTS, WorkerSettings, mask_url
+from ..core.settings import WORKER_DEFAULTS, WorkerSettings
 from ..store import reads, stored_limits
 from .aborts import AbortListener
 from .acks import AckBatcher
 from .consumer import QueueConsumer
+from .contact import reach_redis
 from .delivery import HandOff
 from .heartbeat import Heartbeat
 from .inflight import InFlight
 from .injection import WorkerResources
 from .leases import LeaseKeeper
 from .looplag import LoopLagMonitor
-from .loops import Component, stop_all, wait_event
+from .loops import Component, stop_all
 from .order import StrictOrder
 from .promoter import Promoter
 from .retention import DeadLetterTrimmer
@@ -66,9 +62,6 @@ if TYPE_CHECKING:
     from ..core.settings import AppSettings, QueueOrder
 
 logger = logging.getLogger(__name__)
-
-FIRST_CONTACT_PAUSE = 0.5  # seconds before trying an unreachable Redis again, doubling...
-MAX_CONTACT_PAUSE = 10.0  # ...up to this
 
 
 class WorkerHost(Protocol):
@@ -170,7 +163,7 @@ class Worker:
         if self._started:
             raise RuntimeError("a Worker can be started once")
         self._started = True
-        redis = await self._reach_redis()
+        redis = await reach_redis(self._host, self._stop_requested)
         if redis is None:  # asked to stop before Redis answered
             self._stopped = True
             return
@@ -215,26 +208,6 @@ class Worker:
                 self._add_subscriber(redis, subscriber, inflight)
         self._background = [handoff, *self._background_components(redis, queues, inflight)]
         return inflight
-
-    async def _reach_redis(self) -> Redis | None:
-        """The app's client once Redis answers: a worker started while Redis is down (or
-        restarting) waits for it, saying why each time, as it does for a later outage.
-        A refused password or permission is no outage: it raises. None if asked to stop."""
-        pause = FIRST_CONTACT_PAUSE
-        while True:
-            try:
-                return await self._host.internal_client()
-            except (AuthenticationError, NoPermissionError, ServerRefused):
-                raise
-            except (ServerUnavailable, RedisConnectionError, RedisTimeoutError, OSError) as exc:
-                cause = exc.__cause__ if isinstance(exc, ServerUnavailable) else exc
-                logger.warning(
-                    "cannot reach Redis at %s: %s; trying again in %.1fs",
-                    mask_url(self._host.redis_url or ""), describe(cause or exc), pause,
-                )  # fmt: skip
-            if await wait_event(self._stop_requested, pause):
-                return None
-            pause = min(2 * pause, MAX_CONTACT_PAUSE)
 
     async def _apply_declared_limits(self, redis: Redis, keys: QueueKeys) -> None:
         """Write the limits a task of the queue declares, unless Redis has them already

@@ -14,14 +14,26 @@ import aioqueue
 from tests.helpers import wait_until
 
 
+class _Link:
+    """One proxied connection: forwarding while set; ``sent`` a marker meanwhile."""
+
+    def __init__(self) -> None:
+        self.forwarding = asyncio.Event()
+        self.forwarding.set()
+        self.marked = False
+
+
 class BlackHoleProxy:
     """A TCP proxy in front of Redis. ``cut()`` black-holes every connection open at that
     moment, both ways, and keeps its sockets open, as a NAT or firewall that forgot them
-    would: nothing arrives, nothing fails. New connections work as before."""
+    would: nothing arrives, nothing fails. New connections work as before. ``cut(only=
+    marker)`` cuts only the connections whose client sent ``marker`` (e.g. ``b"redis-py"``,
+    which redis-py's handshake names: the application's, not a Sentinel's or a replica's)."""
 
-    def __init__(self, upstream_port: int) -> None:
+    def __init__(self, upstream_port: int, marker: bytes = b"redis-py") -> None:
         self._upstream_port = upstream_port
-        self._open: list[asyncio.Event] = []  # one per connection: set while it forwards
+        self._marker = marker
+        self._open: list[_Link] = []
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
@@ -29,12 +41,20 @@ class BlackHoleProxy:
     async def start(self) -> str:
         """Listen on a free loopback port; the URL to reach Redis through the proxy."""
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        return f"redis://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/0"
+        return f"redis://127.0.0.1:{self.port}/0"
 
-    def cut(self) -> None:
-        for forwarding in self._open:
-            forwarding.clear()
-        self._open = []
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    def cut(self, *, only_marked: bool = False) -> int:
+        """Black-hole the open connections (only the marked ones); how many."""
+        cut = [link for link in self._open if link.marked or not only_marked]
+        for link in cut:
+            link.forwarding.clear()
+        self._open = [link for link in self._open if link not in cut]
+        return len(cut)
 
     async def close(self) -> None:
         if self._server is not None:
@@ -54,24 +74,35 @@ class BlackHoleProxy:
         task.add_done_callback(self._tasks.discard)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._upstream_port)
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._upstream_port)
+        except OSError:  # the server is gone: so is this connection
+            writer.close()
+            return
         self._writers |= {writer, up_writer}
-        forwarding = asyncio.Event()
-        forwarding.set()
-        self._open.append(forwarding)
+        link = _Link()
+        self._open.append(link)
         await asyncio.gather(
-            self._pump(reader, up_writer, forwarding), self._pump(up_reader, writer, forwarding)
+            self._pump(reader, up_writer, link, self._marker), self._pump(up_reader, writer, link)
         )
 
     @staticmethod
     async def _pump(
-        source: asyncio.StreamReader, sink: asyncio.StreamWriter, forwarding: asyncio.Event
+        source: asyncio.StreamReader,
+        sink: asyncio.StreamWriter,
+        link: _Link,
+        marker: bytes | None = None,
     ) -> None:
-        while chunk := await source.read(65536):
-            if not forwarding.is_set():
-                continue  # black-holed: read and dropped, the socket stays open
-            sink.write(chunk)
-            await sink.drain()
+        with contextlib.suppress(OSError):
+            while chunk := await source.read(65536):
+                if marker is not None and not link.marked and marker in chunk:
+                    link.marked = True
+                if not link.forwarding.is_set():
+                    continue  # black-holed: read and dropped, the socket stays open
+                sink.write(chunk)
+                await sink.drain()
+        if link.forwarding.is_set():
+            sink.close()  # (a closed side closes the other, as TCP would)
 
 
 @pytest.fixture

@@ -221,3 +221,22 @@ async def test_a_job_that_waits_for_replicas_does_not_hold_up_its_neighbours(
         assert (await app.queue().counts()).ready == 30  # it landed: only unconfirmed
     finally:
         await app.close()
+
+
+async def test_two_batchers_of_one_queue_on_one_client_keep_one_connection(
+    app: aioqueue.App,
+) -> None:
+    """Each flush keeps its connection under the queue's key; when two batchers (two Apps
+    given one client, say) send for the same queue at once, the connection one of them
+    kept is replaced: it goes back to the pool (it was left checked out, for ever)."""
+    redis = await app.internal_client()
+    keys = QueueKeys.for_queue(app.settings.prefix, "shared")
+    one, two = (batching.EnqueueBatcher(app.internal_client, keys) for _ in range(2))
+    pool = redis.connection_pool
+    in_use = len(pool._in_use_connections)  # (the App's own: none of this queue's)
+    for _ in range(5):
+        await asyncio.gather(
+            *(one.submit(NewJob(f"a{n}", b"{}", 5)) for n in range(20)),
+            *(two.submit(NewJob(f"b{n}", b"{}", 5)) for n in range(20)),
+        )
+    assert len(pool._in_use_connections) - in_use == 1  # the one kept for the queue

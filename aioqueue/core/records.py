@@ -347,6 +347,7 @@ class QueueCounts:
     # complete jobs listed: the newest that keep a record (a result), at most 1,000
     complete: int = field(default=0, compare=False)
     tenants: int = field(default=0, compare=False)  # tenants with ready jobs
+    tenants_held: int = field(default=0, compare=False)  # of them, held back by their limits
     # those with the most ready jobs, most first (``Queue.counts(top_tenants=...)``)
     top_tenants: Sequence[TenantCount] = field(default=(), compare=False)
 

@@ -139,14 +139,15 @@ async def counts(redis: Redis, keys: QueueKeys, *, top_tenants: int = 10) -> Que
         pipe.get(keys.waiting)
         pipe.zcard(keys.completed)
         pipe.hgetall(keys.tenant_key("ready"))
+        pipe.hlen(keys.tenant_key("held"))
         pipe.zcard(keys.tenants)
         if top_tenants > 0:
             pipe.zrevrange(keys.tenants, 0, top_tenants - 1, withscores=True)
         replies = await pipe.execute()
     if top_tenants <= 0:
         replies.append([])
-    *lengths, skipped, scheduled, active, dead, paused, waiting, complete = replies[:-3]
-    tenant_entries, tenants, top = replies[-3:]
+    *lengths, skipped, scheduled, active, dead, paused, waiting, complete = replies[:-4]
+    tenant_entries, held, tenants, top = replies[-4:]
     for level, entries in tenant_entries.items():
         if level.isdigit() and 0 <= int(level) < len(lengths):
             lengths[int(level)] += int(entries)
@@ -154,7 +155,8 @@ async def counts(redis: Redis, keys: QueueKeys, *, top_tenants: int = 10) -> Que
     return QueueCounts(
         sum(by_priority.values()), int(scheduled), int(active), int(dead), by_priority,
         paused=bool(paused), waiting=max(0, int(waiting or 0)), complete=int(complete),
-        tenants=int(tenants), top_tenants=tuple(await tenant_counts(redis, keys, top)),
+        tenants=int(tenants), tenants_held=int(held),
+        top_tenants=tuple(await tenant_counts(redis, keys, top)),
     )  # fmt: skip
 
 

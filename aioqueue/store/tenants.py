@@ -163,7 +163,7 @@ def _turns(members: list[Member], want: int, used: int) -> list[tuple[bytes, int
     while total < want and live:
         for index in live:
             key, length, weight = members[index]
-            turn = max(1, weight - used) if first and index == 0 else weight
+            turn = max(0, weight - used) if first and index == 0 else weight
             count = min(turn, length - read[index], want - total)
             if count > 0:
                 slices.append((key, read[index], read[index] + count - 1))

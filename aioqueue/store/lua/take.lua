@@ -197,16 +197,24 @@ local function take_one(id, priority)
   return 0
 end
 
--- A tenant its limits hold leaves ring `level` (it is the head), noted in tenants:held;
--- held by its rate (`due` > 0), it is due again then, and the promoters are woken if
--- nothing they wait for comes sooner.
+-- Tenants: the config hashes are looked at only if they exist (weights: read once a take).
+local weights, has_limits, any_held = {}, false, false
+if fair then
+  has_limits = redis.call('EXISTS', F.limits) == 1
+  any_held = redis.call('EXISTS', F.held) == 1
+  if redis.call('EXISTS', F.weights) == 0 then weights = nil end
+end
+
+-- A tenant its limits hold leaves ring `level` (it is at the back: its turn was taken),
+-- noted in tenants:held; held by its rate (`due` > 0), it is due again then, and the
+-- promoters are woken if nothing they wait for comes sooner.
 local function park(level, tenant, due)
-  redis.call('LPOP', F.ring_prefix .. level)
-  redis.call('HDEL', F.turn, level)
+  redis.call('RPOP', F.ring_prefix .. level)
   local levels = redis.call('HGET', F.held, tenant) or ''
   if not string.find(levels, level, 1, true) then
     redis.call('HSET', F.held, tenant, levels .. level)
   end
+  any_held = true
   if due <= 0 then return end
   redis.call('ZADD', F.due, due, tenant)
   local head = redis.call('ZRANGE', schedule, 0, 0, 'WITHSCORES')[2]
@@ -215,44 +223,39 @@ local function park(level, tenant, due)
   end
 end
 
--- What a tenant's turn popped from its list: counted off (tenants:ready, the tenant's
--- queued jobs), its leases counted in, its rate spent.
-local function count_turn(level, tenant, popped_ids, cancelled, leased, rate_tat, rate_late)
-  if redis.call('HINCRBY', F.ready, level, -popped_ids) <= 0 then
-    redis.call('HDEL', F.ready, level)
+local function weight_of(tenant)
+  if not weights then return 1 end
+  local weight = weights[tenant]
+  if not weight then
+    weight = math.max(1, tonumber(redis.call('HGET', F.weights, tenant) or 1) or 1)
+    weights[tenant] = weight
   end
-  local gone = popped_ids - cancelled -- (a cancelled one was counted off by cancel.lua)
-  if gone > 0 and tonumber(redis.call('ZINCRBY', F.tenants, -gone, tenant)) <= 0 then
-    redis.call('ZREM', F.tenants, tenant)
-  end
-  if leased == 0 then return end
-  redis.call('HINCRBY', F.running, tenant, leased)
-  if rate_tat then
-    gcra_spend(F.rate_prefix .. tenant, now_us, rate_tat, leased, tenant_limits(F, tenant)[2],
-      rate_late)
-  end
+  return weight
 end
 
--- A turn of the head of ring `level` (`member`: a tenant, or '' for the plain list): up to
--- `want` jobs, its weight's worth in all (its turn so far: tenants:turn), within its
--- limits. Then it leaves the ring (its list is empty, and gone; or its limits hold it
--- now), moves to the back (its turn is over), or stays the head (the take's goal was met
--- mid-turn). Returns false once the plain list is alone on the ring: it leaves it, and
--- the caller pops it as ever.
-local function turn(level, member, want)
-  local ring, plain = F.ring_prefix .. level, member == ''
+-- A turn of `member` of ring `level` (a tenant, or '' for the plain list), moved from the
+-- ring's head to its back as its turn began: up to `want` jobs, within what is left of its
+-- turn (`used` of its weight had: tenants:turn) and its limits; alone on the ring (`size`),
+-- a tenant's turn is all it may take. Then it leaves the ring (its list is empty, and gone),
+-- is parked (its limits hold it now), stays at the back (its turn is over), or goes back
+-- to the head (the take's goal was met mid-turn). Returns how it went ('left', 'parked',
+-- 'over', 'head', or 'alone': the plain list left a ring it had to itself, and the caller
+-- pops it as ever), and how much of its turn it had.
+local function turn(level, member, want, used, size)
+  local plain = member == ''
   local list = plain and KEYS[READY + level] or fair_list(F, level, member)
   local weight, room, due, rate_tat, rate_late = 1, math.huge, 0, nil, 0
   if not plain then
-    weight = tonumber(redis.call('HGET', F.weights, member) or 1) or 1
-    room, due, rate_tat, rate_late = tenant_room(F, member)
-    if room <= 0 then
-      park(level, member, due)
-      return true
+    weight = size == 1 and math.huge or weight_of(member)
+    if has_limits then
+      room, due, rate_tat, rate_late = tenant_room(F, member)
+      if room <= 0 then
+        park(level, member, due)
+        return 'parked', 0
+      end
     end
-    fair_unhold(F, member) -- (held elsewhere, but no longer: its limits changed)
+    if any_held then fair_unhold(F, member) end -- (held elsewhere, but no longer)
   end
-  local used = tonumber(redis.call('HGET', F.turn, level) or 0)
   local count = math.min(want, weight - used, room)
   local ids = count > 0 and redis.call('LPOP', list, count) or {}
   local leased, cancelled = 0, 0
@@ -261,27 +264,39 @@ local function turn(level, member, want)
     if code == 1 then leased = leased + 1 elseif code == 2 then cancelled = cancelled + 1 end
   end
   popped = popped + #ids
-  if not plain and #ids > 0 then
-    count_turn(level, member, #ids, cancelled, leased, rate_tat, rate_late)
+  if not plain and #ids > cancelled then -- (a cancelled job was counted off by cancel.lua)
+    if tonumber(redis.call('ZINCRBY', tenants, cancelled - #ids, member)) <= 0 then
+      redis.call('ZREM', tenants, member)
+    end
   end
-  if leased >= room then room, due = tenant_room(F, member) end
-  if redis.call('LLEN', list) == 0 then -- nothing left: it leaves the ring
-    redis.call('LPOP', ring)
-    redis.call('HDEL', F.turn, level)
+  if not plain and leased > 0 then
+    redis.call('HINCRBY', F.running, member, leased)
+    if rate_tat then
+      gcra_spend(F.rate_prefix .. member, now_us, rate_tat, leased, tenant_limits(F, member)[2],
+        rate_late)
+    end
+  end
+  used = used + leased
+  if #ids < count or redis.call('LLEN', list) == 0 then -- nothing left: it leaves the ring
+    redis.call('RPOP', F.ring_prefix .. level)
     if plain then redis.call('HDEL', F.turn, 'plain:' .. level) end
-  elseif room <= 0 then -- its limits hold it now
-    park(level, member, due)
-  elseif plain and redis.call('LLEN', ring) == 1 then -- alone: popped as ever from now on
-    redis.call('LPOP', ring)
-    redis.call('HDEL', F.turn, level, 'plain:' .. level)
-    return false
-  elseif used + leased >= weight or count <= 0 then -- its turn is over
-    redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
-    redis.call('HDEL', F.turn, level)
-  else
-    redis.call('HSET', F.turn, level, used + leased)
+    return 'left', #ids
+  elseif leased >= room then
+    room, due = tenant_room(F, member)
+    if room <= 0 then -- its limits hold it now
+      park(level, member, due)
+      return 'parked', #ids
+    end
   end
-  return true
+  if plain and size == 1 then -- alone: popped as ever from now on
+    redis.call('RPOP', F.ring_prefix .. level)
+    redis.call('HDEL', F.turn, 'plain:' .. level)
+    return 'alone', #ids
+  elseif used >= weight or count <= 0 then
+    return 'over', #ids
+  end
+  redis.call('LMOVE', F.ring_prefix .. level, F.ring_prefix .. level, 'RIGHT', 'LEFT')
+  return 'head', #ids, used
 end
 
 -- Serves the ring of `level`, if it has one, until `goal` jobs are taken in all or it is
@@ -289,16 +304,30 @@ end
 -- list as ever (it has nothing, or the ring was down to it alone).
 local function serve_ring(level, goal)
   local ring = F.ring_prefix .. level
-  if redis.call('LLEN', ring) == 0 then return end
+  local size = redis.call('LLEN', ring)
+  if size == 0 then return end
   local flag = 'plain:' .. level
   if redis.call('HEXISTS', F.turn, flag) == 0 and redis.call('LLEN', KEYS[READY + level]) > 0 then
     redis.call('RPUSH', ring, '')
     redis.call('HSET', F.turn, flag, 1)
+    size = size + 1
   end
-  while taken < goal do
-    local head = redis.call('LINDEX', ring, 0)
-    if not head then return end
-    if not turn(level, head, goal - taken) then return end
+  local stored = tonumber(redis.call('HGET', F.turn, level) or 0)
+  local used, entries = stored, 0 -- the head's turn so far; entries off the tenants' lists
+  while taken < goal and size > 0 do
+    local member = redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
+    if not member then break end
+    local how, n, had = turn(level, member, goal - taken, used, size)
+    if member ~= '' then entries = entries + n end
+    used = had or 0
+    if how == 'alone' then break end
+    if how == 'left' or how == 'parked' then size = size - 1 end
+  end
+  if used ~= stored then
+    if used > 0 then redis.call('HSET', F.turn, level, used) else redis.call('HDEL', F.turn, level) end
+  end
+  if entries > 0 and redis.call('HINCRBY', F.ready, level, -entries) <= 0 then
+    redis.call('HDEL', F.ready, level)
   end
 end
 

@@ -77,9 +77,11 @@ ARGV[10..] plan   two per level (none needed when limit is 0); unless it lists a
 Returns {now_us, promoted, next_due_ms, held, id_1, payload_1, attempts_1, max_attempts_1,
 waited_ms_1, id_2, ...}: now_us is the Redis clock in microseconds (so a promoter can sleep
 to the exact due time), next_due_ms the schedule's head after this call, or when a tenant
-held by its rate is due if that is sooner (-1 if neither, or if not promoting); held says whether the limits kept back jobs that are still ready (0: no;
--1: the concurrency cap; else the Redis-clock ms at which the rate allows the next start;
-ready jobs count whether or not their notify tokens are left: a woken caller spent one);
+held by its rate is due if that is sooner (-1 if neither, or if not promoting); held says
+whether the queue's limits kept back jobs that are still ready (0: no; -1: the concurrency
+cap; else the Redis-clock ms at which the rate allows the next start; ready jobs count
+whether or not their notify tokens are left: a woken caller spent one; a tenant's own
+limits never say so: its return wakes the workers);
 waited_ms how long the job was ready before this take (since field qt, else its enqueue
 time et; -1 if unknown), by the Redis clock.
 ]]
@@ -197,143 +199,148 @@ local function take_one(id, priority)
   return 0
 end
 
--- Tenants: the config hashes are looked at only if they exist (weights: read once a take).
-local weights, has_limits, any_held = {}, false, false
-if fair then
-  has_limits = redis.call('EXISTS', F.limits) == 1
-  any_held = redis.call('EXISTS', F.held) == 1
+-- Tenants: a level's ring served turn by turn (the header says how). Made only for a take
+-- that has tenants to serve: a plain take pays nothing for these functions.
+local function tenant_server()
+  -- The config hashes are looked at only if they exist (weights: read once a take).
+  local weights, has_limits = {}, redis.call('EXISTS', F.limits) == 1
+  local any_held = redis.call('EXISTS', F.held) == 1
   if redis.call('EXISTS', F.weights) == 0 then weights = nil end
-end
 
--- A tenant its limits hold leaves ring `level` (it is at the back: its turn was taken),
--- noted in tenants:held; held by its rate (`due` > 0), it is due again then, and the
--- promoters are woken if nothing they wait for comes sooner.
-local function park(level, tenant, due)
-  redis.call('RPOP', F.ring_prefix .. level)
-  local levels = redis.call('HGET', F.held, tenant) or ''
-  if not string.find(levels, level, 1, true) then
-    redis.call('HSET', F.held, tenant, levels .. level)
+  -- A tenant its limits hold leaves ring `level` (it is at the back: its turn was taken),
+  -- noted in tenants:held; held by its rate (`due` > 0), it is due again then, and the
+  -- promoters are woken if nothing they wait for comes sooner.
+  local function park(level, tenant, due)
+    redis.call('RPOP', F.ring_prefix .. level)
+    local levels = redis.call('HGET', F.held, tenant) or ''
+    if not string.find(levels, level, 1, true) then
+      redis.call('HSET', F.held, tenant, levels .. level)
+    end
+    any_held = true
+    if due <= 0 then return end
+    redis.call('ZADD', F.due, due, tenant)
+    local head = redis.call('ZRANGE', schedule, 0, 0, 'WITHSCORES')[2]
+    if redis.call('ZRANGE', F.due, 0, 0)[1] == tenant and (not head or tonumber(head) > due) then
+      wake_promoters(schedule_wake, due)
+    end
   end
-  any_held = true
-  if due <= 0 then return end
-  redis.call('ZADD', F.due, due, tenant)
-  local head = redis.call('ZRANGE', schedule, 0, 0, 'WITHSCORES')[2]
-  if redis.call('ZRANGE', F.due, 0, 0)[1] == tenant and (not head or tonumber(head) > due) then
-    wake_promoters(schedule_wake, due)
-  end
-end
 
-local function weight_of(tenant)
-  if not weights then return 1 end
-  local weight = weights[tenant]
-  if not weight then
-    weight = math.max(1, tonumber(redis.call('HGET', F.weights, tenant) or 1) or 1)
-    weights[tenant] = weight
+  local function weight_of(tenant)
+    if not weights then return 1 end
+    local weight = weights[tenant]
+    if not weight then
+      weight = math.max(1, tonumber(redis.call('HGET', F.weights, tenant) or 1) or 1)
+      weights[tenant] = weight
+    end
+    return weight
   end
-  return weight
-end
 
--- A turn of `member` of ring `level` (a tenant, or '' for the plain list), moved from the
--- ring's head to its back as its turn began: up to `want` jobs, within what is left of its
--- turn (`used` of its weight had: tenants:turn) and its limits; alone on the ring (`size`),
--- a tenant's turn is all it may take. Then it leaves the ring (its list is empty, and gone),
--- is parked (its limits hold it now), stays at the back (its turn is over), or goes back
--- to the head (the take's goal was met mid-turn). Returns how it went ('left', 'parked',
--- 'over', 'head', or 'alone': the plain list left a ring it had to itself, and the caller
--- pops it as ever), and how much of its turn it had.
-local function turn(level, member, want, used, size)
-  local plain = member == ''
-  local list = plain and KEYS[READY + level] or fair_list(F, level, member)
-  local weight, room, due, rate_tat, rate_late = 1, math.huge, 0, nil, 0
-  if not plain then
-    weight = size == 1 and math.huge or weight_of(member)
-    if has_limits then
-      room, due, rate_tat, rate_late = tenant_room(F, member)
-      if room <= 0 then
-        park(level, member, due)
-        return 'parked', 0
+  -- A turn of `member` of ring `level` (a tenant, or '' for the plain list), moved from the
+  -- ring's head to its back as its turn began: up to `want` jobs, within what is left of its
+  -- turn (`used` of its weight had: tenants:turn) and its limits; alone on the ring (`size`),
+  -- a tenant's turn is all it may take. Then it leaves the ring (its list is empty, and gone),
+  -- is parked (its limits hold it now), stays at the back (its turn is over), or goes back
+  -- to the head (the take's goal was met mid-turn). Returns how it went ('left', 'parked',
+  -- 'over', 'head', or 'alone': the plain list left a ring it had to itself, and the caller
+  -- pops it as ever), and how much of its turn it had.
+  local function turn(level, member, want, used, size)
+    local plain = member == ''
+    local list = plain and KEYS[READY + level] or fair_list(F, level, member)
+    local weight, room, due, rate_tat, rate_late = 1, math.huge, 0, nil, 0
+    if not plain then
+      weight = size == 1 and math.huge or weight_of(member)
+      if has_limits then
+        room, due, rate_tat, rate_late = tenant_room(F, member)
+        if room <= 0 then
+          park(level, member, due)
+          return 'parked', 0
+        end
+      end
+      if any_held then fair_unhold(F, member) end -- (held elsewhere, but no longer)
+    end
+    local count = math.min(want, weight - used, room)
+    local ids = count > 0 and redis.call('LPOP', list, count) or {}
+    local leased, cancelled = 0, 0
+    for i = 1, #ids do
+      local code = take_one(ids[i], level)
+      if code == 1 then leased = leased + 1 elseif code == 2 then cancelled = cancelled + 1 end
+    end
+    popped = popped + #ids
+    if not plain and #ids > cancelled then -- (a cancelled job was counted off by cancel.lua)
+      if tonumber(redis.call('ZINCRBY', tenants, cancelled - #ids, member)) <= 0 then
+        redis.call('ZREM', tenants, member)
       end
     end
-    if any_held then fair_unhold(F, member) end -- (held elsewhere, but no longer)
-  end
-  local count = math.min(want, weight - used, room)
-  local ids = count > 0 and redis.call('LPOP', list, count) or {}
-  local leased, cancelled = 0, 0
-  for i = 1, #ids do
-    local code = take_one(ids[i], level)
-    if code == 1 then leased = leased + 1 elseif code == 2 then cancelled = cancelled + 1 end
-  end
-  popped = popped + #ids
-  if not plain and #ids > cancelled then -- (a cancelled job was counted off by cancel.lua)
-    if tonumber(redis.call('ZINCRBY', tenants, cancelled - #ids, member)) <= 0 then
-      redis.call('ZREM', tenants, member)
+    if not plain and leased > 0 then
+      redis.call('HINCRBY', F.running, member, leased)
+      if rate_tat then
+        gcra_spend(F.rate_prefix .. member, now_us, rate_tat, leased, tenant_limits(F, member)[2],
+          rate_late)
+      end
     end
-  end
-  if not plain and leased > 0 then
-    redis.call('HINCRBY', F.running, member, leased)
-    if rate_tat then
-      gcra_spend(F.rate_prefix .. member, now_us, rate_tat, leased, tenant_limits(F, member)[2],
-        rate_late)
+    used = used + leased
+    if #ids < count or redis.call('LLEN', list) == 0 then -- nothing left: it leaves the ring
+      redis.call('RPOP', F.ring_prefix .. level)
+      if plain then redis.call('HDEL', F.turn, 'plain:' .. level) end
+      return 'left', #ids
+    elseif leased >= room then
+      room, due = tenant_room(F, member)
+      if room <= 0 then -- its limits hold it now
+        park(level, member, due)
+        return 'parked', #ids
+      end
     end
-  end
-  used = used + leased
-  if #ids < count or redis.call('LLEN', list) == 0 then -- nothing left: it leaves the ring
-    redis.call('RPOP', F.ring_prefix .. level)
-    if plain then redis.call('HDEL', F.turn, 'plain:' .. level) end
-    return 'left', #ids
-  elseif leased >= room then
-    room, due = tenant_room(F, member)
-    if room <= 0 then -- its limits hold it now
-      park(level, member, due)
-      return 'parked', #ids
+    if plain and size == 1 then -- alone: popped as ever from now on
+      redis.call('RPOP', F.ring_prefix .. level)
+      redis.call('HDEL', F.turn, 'plain:' .. level)
+      return 'alone', #ids
+    elseif used >= weight or count <= 0 then
+      return 'over', #ids
     end
+    redis.call('LMOVE', F.ring_prefix .. level, F.ring_prefix .. level, 'RIGHT', 'LEFT')
+    return 'head', #ids, used
   end
-  if plain and size == 1 then -- alone: popped as ever from now on
-    redis.call('RPOP', F.ring_prefix .. level)
-    redis.call('HDEL', F.turn, 'plain:' .. level)
-    return 'alone', #ids
-  elseif used >= weight or count <= 0 then
-    return 'over', #ids
-  end
-  redis.call('LMOVE', F.ring_prefix .. level, F.ring_prefix .. level, 'RIGHT', 'LEFT')
-  return 'head', #ids, used
-end
 
--- Serves the ring of `level`, if it has one, until `goal` jobs are taken in all or it is
--- empty; the plain list joins it first if it has jobs. Then the caller pops the plain
--- list as ever (it has nothing, or the ring was down to it alone).
-local function serve_ring(level, goal)
-  local ring = F.ring_prefix .. level
-  local size = redis.call('LLEN', ring)
-  if size == 0 then return end
-  local flag = 'plain:' .. level
-  if redis.call('HEXISTS', F.turn, flag) == 0 and redis.call('LLEN', KEYS[READY + level]) > 0 then
-    redis.call('RPUSH', ring, '')
-    redis.call('HSET', F.turn, flag, 1)
-    size = size + 1
+  -- Serves the ring of `level`, if it has one, until `goal` jobs are taken in all or it is
+  -- empty; the plain list joins it first if it has jobs. Then the caller pops the plain
+  -- list as ever (it has nothing, or the ring was down to it alone).
+  local function serve_ring(level, goal)
+    local ring = F.ring_prefix .. level
+    local size = redis.call('LLEN', ring)
+    if size == 0 then return end
+    local flag = 'plain:' .. level
+    if redis.call('HEXISTS', F.turn, flag) == 0 and redis.call('LLEN', KEYS[READY + level]) > 0 then
+      redis.call('RPUSH', ring, '')
+      redis.call('HSET', F.turn, flag, 1)
+      size = size + 1
+    end
+    local stored = tonumber(redis.call('HGET', F.turn, level) or 0)
+    local used, entries = stored, 0 -- the head's turn so far; entries off the tenants' lists
+    while taken < goal and size > 0 do
+      local member = redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
+      if not member then break end
+      local how, n, had = turn(level, member, goal - taken, used, size)
+      if member ~= '' then entries = entries + n end
+      used = had or 0
+      if how == 'alone' then break end
+      if how == 'left' or how == 'parked' then size = size - 1 end
+    end
+    if used > 0 and used ~= stored then
+      redis.call('HSET', F.turn, level, used)
+    elseif used == 0 and stored > 0 then
+      redis.call('HDEL', F.turn, level)
+    end
+    if entries > 0 and redis.call('HINCRBY', F.ready, level, -entries) <= 0 then
+      redis.call('HDEL', F.ready, level)
+    end
   end
-  local stored = tonumber(redis.call('HGET', F.turn, level) or 0)
-  local used, entries = stored, 0 -- the head's turn so far; entries off the tenants' lists
-  while taken < goal and size > 0 do
-    local member = redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
-    if not member then break end
-    local how, n, had = turn(level, member, goal - taken, used, size)
-    if member ~= '' then entries = entries + n end
-    used = had or 0
-    if how == 'alone' then break end
-    if how == 'left' or how == 'parked' then size = size - 1 end
-  end
-  if used ~= stored then
-    if used > 0 then redis.call('HSET', F.turn, level, used) else redis.call('HDEL', F.turn, level) end
-  end
-  if entries > 0 and redis.call('HINCRBY', F.ready, level, -entries) <= 0 then
-    redis.call('HDEL', F.ready, level)
-  end
+  return serve_ring
 end
+local serve_ring = fair and tenant_server()
 
 local function drain(priority, want)
   local goal = math.min(limit, taken + want)
-  if fair then serve_ring(priority, goal) end
+  if serve_ring then serve_ring(priority, goal) end
   while taken < goal do
     local ids = redis.call('LPOP', KEYS[READY + priority], goal - taken)
     if not ids then return end

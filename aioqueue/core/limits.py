@@ -1,11 +1,14 @@
 """Flow control for a queue: how many of its jobs may run at once, and how fast they may
-start, across every worker (``queue.set_limits``; enforced inside ``take.lua``).
+start, across every worker (``queue.set_limits``; enforced inside ``take.lua``); and the
+same for each of its tenants (``queue.set_tenant_limits``, with the tenants' names and
+weights: ``lua/include/fair.lua``).
 
 Pure: parsing and checking. A rate is written ``"100/s"``, ``"20/m"``, ``"500/h"`` or with
 a period, ``"5/10s"``; it becomes one start every ``interval_ms``, with bursts of up to
-``burst`` starts at once after a quiet spell (GCRA, in take.lua: over any window, starts
-never run ahead of the rate by more than the burst, or by 20 ms of starts if that is more:
-a start that comes a little late keeps its place, so late workers get the rate in full).
+``burst`` starts at once after a quiet spell (GCRA, lua/include/gcra.lua: over any window,
+starts never run ahead of the rate by more than the burst, or by 20 ms of starts if that
+is more: a start that comes a little late keeps its place, so late workers get the rate in
+full).
 """
 
 from __future__ import annotations

@@ -96,7 +96,8 @@ def _tenants(counts: QueueCounts) -> str:
 
 def tenants_table(queues: Sequence[QueueSnapshot]) -> Table | None:
     """The tenants with the most ready jobs, per queue that has tenants (None if none
-    has): their ready and running jobs, and whether their limits hold them back now."""
+    has): their ready and running jobs, and whether their limits hold them back now (how
+    many tenants each queue has is under its name in ``info_table``)."""
     rows = [(queue, tenant) for queue in queues for tenant in queue.counts.top_tenants]
     if not rows:
         return None
@@ -109,7 +110,7 @@ def tenants_table(queues: Sequence[QueueSnapshot]) -> Table | None:
     shown = None
     for queue, tenant in rows:
         table.add_row(
-            "" if queue.name == shown else f"{queue.name} ({_tenants(queue.counts)})",
+            "" if queue.name == shown else queue.name,
             escape(tenant.name), str(tenant.ready), str(tenant.running),
             "[yellow]held[/yellow]" if tenant.held else "",
         )  # fmt: skip

@@ -199,15 +199,23 @@ end
 local FAIR_TOKENS = 1000 -- the most wake-up tokens a tenant's return pushes
 
 -- The fair keys of a queue, from the `tenants` key its script declares. `notify`: where
--- the wake-up tokens of a tenant's return go; `now_us`: the Redis clock.
+-- the wake-up tokens of a tenant's return go; `now_us`: the Redis clock. A key's name is
+-- made when first used (a plain job's script names two at most).
+local FAIR_KEYS = {
+  ready = ':ready', turn = ':turn', running = ':running', held = ':held', due = ':due',
+  weights = ':weights', limits = ':limits', ring_prefix = ':ring:', jobs_prefix = ':jobs:',
+  rate_prefix = ':rate:',
+}
+local FAIR_NAMES = {__index = function(F, name)
+  local suffix = FAIR_KEYS[name]
+  if not suffix then return nil end
+  local key = F.tenants .. suffix
+  rawset(F, name, key)
+  return key
+end}
 local function fair_context(tenants, notify, now_us)
-  return {
-    tenants = tenants, ready = tenants .. ':ready', turn = tenants .. ':turn',
-    running = tenants .. ':running', held = tenants .. ':held', due = tenants .. ':due',
-    weights = tenants .. ':weights', limits = tenants .. ':limits',
-    ring_prefix = tenants .. ':ring:', jobs_prefix = tenants .. ':jobs:',
-    rate_prefix = tenants .. ':rate:', notify = notify, now_us = now_us, known = {},
-  }
+  return setmetatable({tenants = tenants, notify = notify, now_us = now_us, known = {}},
+    FAIR_NAMES)
 end
 
 -- Tenant t's list of ready jobs at priority `level` (0..9).

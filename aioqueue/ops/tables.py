@@ -51,8 +51,8 @@ RATES_CAPTION = (
 def info_table(queues: Sequence[QueueSnapshot], *, now_ms: int | None = None) -> Table:
     """Per queue: ready (by priority), scheduled, active, dead, completed, failed for good
     and retried per second over the last 60 s, live workers and the jobs they run; a paused
-    or limited queue's name says so, and how many of its jobs wait (for their group or
-    children)."""
+    or limited queue's name says so, how many of its jobs wait (for their group or
+    children), and how many tenants have jobs ready (``tenants_table`` lists them)."""
     table = Table(title="aioqueue", title_justify="left", caption=RATES_CAPTION)
     table.caption_justify = "left"
     table.add_column("queue", no_wrap=True, min_width=max((len(q.name) for q in queues), default=5))

@@ -120,7 +120,9 @@ end
 -- list runs empty leaves the ring (and its list key goes with its last entry), so a take
 -- costs the same however many tenants have nothing ready. Plain jobs pay nothing for this:
 -- they stay on the queue's ready lists, which a level shares with its ring as one member
--- more ('') once it has one (take.lua).
+-- more ('') once it has one (take.lua). (enqueue.lua's hand-off of a new plain job to an
+-- idle worker does not look at the tenants' lists: a worker idles only once nothing it may
+-- take is ready, so no more than a tenant's job enqueued in the same round trip is passed.)
 --
 -- A tenant's limits (a cap on its jobs leased at once, a rate of starts) hold for every
 -- worker: a tenant they hold leaves the rings as it comes up (its levels noted in held),

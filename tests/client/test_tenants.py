@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 import aioqueue
 from aioqueue.core.limits import TenantLimits
 from aioqueue.store.scripts import leasing
-from tests.helpers import run_until_idle, wait_until
+from tests.helpers import now, run_until_idle, wait_until
 
 # -- bad input ----------------------------------------------------------------------------
 
@@ -259,3 +259,43 @@ async def test_a_tenant_s_rate_spaces_its_starts_and_no_one_else_s(app: aioqueue
 async def _done(queue: aioqueue.Queue) -> bool:
     counts = await queue.counts()
     return counts.ready == 0 and counts.active == 0
+
+
+async def test_a_burst_worker_waits_without_spinning_while_only_held_tenants_have_jobs(
+    app: aioqueue.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another worker holds the one job tenant A may run: a burst worker finds A's other
+    jobs ready but may take none. It looks again now and then until they may start (it
+    once took, promoted and counted back to back: hundreds of round trips a second)."""
+    gate = asyncio.Event()
+    takes = 0
+    take = leasing.take
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal takes
+        takes += 1
+        return await take(*args, **kwargs)
+
+    @app.task
+    async def work(n: int) -> int:
+        if n == 0:
+            await gate.wait()
+        return n
+
+    queue = app.queue()
+    await queue.set_tenant_limits("A", max_running=1)
+    jobs = [await work.enqueue(n).options(tenant="A") for n in range(3)]
+    async with app.worker(concurrency=1):
+        await wait_until(lambda: _running(queue))
+        monkeypatch.setattr(leasing, "take", counted)
+        burst = asyncio.create_task(run_until_idle(app, concurrency=5))
+        await wait_until(lambda: now(takes >= 1))
+        await asyncio.sleep(0.3)  # (a window to count its looks in, not a wait for a result)
+        assert takes < 100
+        gate.set()
+        await burst
+        assert [await job.result(timeout=10) for job in jobs] == [0, 1, 2]
+
+
+async def _running(queue: aioqueue.Queue) -> bool:
+    return (await queue.counts()).active == 1

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import signal
+import sys
 from collections import Counter
 from typing import Any
 
@@ -15,6 +18,7 @@ from redis.asyncio import Redis
 import aioqueue
 from aioqueue.core.limits import TenantLimits
 from aioqueue.store.scripts import leasing
+from tests.apps import delivery_app
 from tests.helpers import now, run_until_idle, wait_until
 
 # -- bad input ----------------------------------------------------------------------------
@@ -299,3 +303,42 @@ async def test_a_burst_worker_waits_without_spinning_while_only_held_tenants_hav
 
 async def _running(queue: aioqueue.Queue) -> bool:
     return (await queue.counts()).active == 1
+
+
+async def test_a_sigkilled_worker_s_lease_counts_against_its_tenant_until_reclaimed(
+    redis_url: str, prefix: str, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIOQUEUE_REDIS_URL", redis_url)  # the task's own Redis connection
+    env = {**os.environ, "AIOQUEUE_REDIS_URL": redis_url, "TEST_PREFIX": prefix}
+    app = aioqueue.App(redis_url=redis_url, prefix=prefix)
+    queue = app.queue()
+    await queue.set_tenant_limits("A", max_running=1)
+    first = await queue.enqueue("hang_first_time", prefix).options(tenant="A")
+    second = await queue.enqueue("hang_first_time", prefix).options(tenant="A")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "aioqueue", "worker", "tests.apps.delivery_app:app", "--lease", "1",
+        env=env, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        await wait_until(lambda: _has(redis, f"delivery-test:started:{prefix}"), timeout=15)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+    running = queue.keys.tenant_key("running")
+    assert await redis.hget(running, "A") == b"1"  # the dead worker's lease still counts
+    assert await second.status() is aioqueue.JobStatus.QUEUED
+
+    worker_app = aioqueue.App(redis_url=redis_url, prefix=prefix)
+    worker_app.task(retries=3, name="hang_first_time")(delivery_app.hang_first_time.fn)
+    try:
+        async with worker_app.worker(lease=1, reclaim_interval=0.1):
+            assert await first.result(timeout=15) == f"done {prefix} on run 2"  # (first again)
+            assert await second.result(timeout=15) == f"done {prefix} on run 3"
+    finally:
+        await worker_app.close()
+        await app.close()
+    assert await redis.hget(running, "A") is None
+
+
+async def _has(redis: Redis, key: str) -> bool:
+    return bool(await redis.llen(key))

@@ -5,7 +5,6 @@ pause, dead letters, counts and listings; bad input refused with nothing written
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import signal
 import sys
@@ -255,7 +254,10 @@ async def test_a_tenant_s_rate_spaces_its_starts_and_no_one_else_s(app: aioqueue
             await job.result(timeout=10)
 
     starts = sorted([(await job.info()).started_at_ms or 0 for job in a_jobs])
-    assert all(b - a >= 49 for a, b in itertools.pairwise(starts)), starts
+    for k in range(2, 6):  # GCRA's promise: k starts span (k - 1) intervals, less the 20 ms
+        # a late start may hand on (include/gcra.lua)
+        spans = [b - a for a, b in zip(starts, starts[k - 1 :], strict=False)]
+        assert min(spans) >= (k - 1) * 50 - 21, (k, starts)
     b_starts = [(await job.info()).started_at_ms or 0 for job in b_jobs]
     assert max(b_starts) < starts[-1]  # B was not held back behind A's rate
 

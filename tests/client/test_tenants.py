@@ -15,6 +15,7 @@ import pytest
 from redis.asyncio import Redis
 
 import aioqueue
+from aioqueue.core.lifecycle import Settlement
 from aioqueue.core.limits import TenantLimits
 from aioqueue.store.scripts import leasing
 from tests.apps import delivery_app
@@ -344,3 +345,36 @@ async def test_a_sigkilled_worker_s_lease_counts_against_its_tenant_until_reclai
 
 async def _has(redis: Redis, key: str) -> bool:
     return bool(await redis.llen(key))
+
+
+async def test_a_workflow_s_jobs_may_name_tenants(app: aioqueue.App, redis: Redis) -> None:
+    """A parent released by its last child (ack.lua, through include/links.lua) joins its
+    tenant's queue, as its children joined theirs."""
+
+    @app.task
+    async def leaf(x: int) -> int:
+        return x
+
+    @app.task
+    async def total(results: list[int]) -> int:
+        return sum(results)
+
+    children = [leaf.enqueue(x).options(tenant=f"t{x % 2}") for x in range(4)]
+    workflow = await aioqueue.chord(children, total.callback().options(tenant="t-parent"))
+    queue = app.queue()
+    assert sorted((t.name, t.ready) for t in (await queue.counts()).top_tenants) == [
+        ("t0", 2),
+        ("t1", 2),
+    ]  # (the parent waits for them, out of every queue)
+    client = await app.client()
+    taken = await leasing.take(client, queue.keys, lease="by-hand", lease_ms=30_000, limit=10)
+    settled = [
+        Settlement(job.id, job.lease, "complete", b"%d" % n) for n, job in enumerate(taken.jobs)
+    ]
+    await leasing.ack(client, queue.keys, settled, result_ttl_ms=60_000)
+
+    parent_list = queue.keys.tenant_key("jobs", 5, "t-parent")
+    assert await redis.lrange(parent_list, 0, -1) == [workflow.id.encode()]
+    async with app.worker():
+        assert await workflow.result(timeout=10) == 6
+    assert (await queue.job(workflow.id).info()).tenant == "t-parent"

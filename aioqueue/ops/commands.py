@@ -23,6 +23,7 @@ from .tables import (
     console,
     info_table,
     jobs_table,
+    tenants_table,
     topics_table,
 )
 
@@ -111,7 +112,10 @@ async def run_info(app: App, args: argparse.Namespace) -> int:
 
 
 async def _info(app: App, names: list[str]) -> RenderableType:
-    tables: list[RenderableType] = [info_table(await _snapshots(app, names))]
+    snapshots = await _snapshots(app, names)
+    tables: list[RenderableType] = [info_table(snapshots)]
+    if tenants := tenants_table(snapshots):
+        tables.append(tenants)
     if channels := await _channels(app):
         tables.append(channels_table(channels))
     if topics := await app.topics():

@@ -18,6 +18,8 @@ handoffs      workflow outcomes waiting for their parents' queue, read and remov
 specs         periodic specs stored per queue
 heartbeats    workers' heartbeats per queue
 stored_limits a queue's limits, as the hash take.lua obeys
+tenants       a queue's tenants: their weights and limits, the ones with jobs ready, and a
+              priority's ready jobs in the order take serves its tenants
 server        what the server is set to, where it matters (its eviction policy)
 connection    the App's Redis clients, their retry policy, and Redis failures as errors
 deadline      one total deadline per public call, retries included; the retry policy

@@ -265,6 +265,8 @@ class QueueConsumer(Component):
             if counts.paused:
                 return True  # nothing will be taken: a burst worker leaves it be
             if promoted.count or counts.ready:
+                if not promoted.count and counts.tenants_held:  # (their leases are elsewhere)
+                    await wait_event(self.stopping, BURST_LOOK)
                 return False  # (the promoter may have just made a job ready)
             if await self._retries_pending(promoted.now_ms):
                 return False

@@ -1,0 +1,72 @@
+"""What a queue's handle needs from its App (``QueueHost``), and how its calls report a
+Redis failure (``clear_errors``): shared by ``QueueAdmin`` (``client/admin.py``) and the
+tenants' calls it inherits (``client/tenants.py``)."""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
+
+from redis.exceptions import RedisError
+
+from ..store import deadline
+from ..store.connection import failure
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine
+
+    from redis.asyncio import Redis
+
+    from ..core.registry import Registry
+    from ..core.settings import AppSettings
+    from ..store.settled import SettledListener
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class QueueHost(Protocol):
+    """What a Queue needs from its App."""
+
+    @property
+    def settings(self) -> AppSettings: ...
+
+    @property
+    def redis_url(self) -> str | None: ...
+
+    async def client(self) -> Redis: ...
+
+    async def internal_client(self) -> Redis: ...
+
+    def settled_listener(self) -> SettledListener: ...
+
+    @property
+    def registry(self) -> Registry: ...
+
+
+class Hosted(Protocol):
+    """A queue's handle: it reaches Redis through its App."""
+
+    @property
+    def _host(self) -> QueueHost: ...
+
+
+H = TypeVar("H", bound=Hosted)
+
+
+def clear_errors(
+    method: Callable[Concatenate[H, P], Coroutine[Any, Any, R]],
+) -> Callable[Concatenate[H, P], Coroutine[Any, Any, R]]:
+    """A Redis failure of a queue's read or admin call raised as an aioqueue error that
+    names the server and the cause (ServerUnavailable, AuthenticationFailed, ...); the
+    call has one deadline in all, retries included (the App's ``call_timeout``)."""
+
+    @functools.wraps(method)
+    async def call(self: H, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            async with deadline.within(self._host.settings.call_timeout, "call_timeout"):
+                return await method(self, *args, **kwargs)
+        except RedisError as exc:
+            raise failure(exc, self._host.redis_url or "") or exc from exc
+
+    return call

@@ -25,6 +25,8 @@ from aioqueue.worker import acks
 from tests.helpers import now, wait_until
 from tests.ops.test_cli import TARGET, run_cli
 
+pytestmark = pytest.mark.real_redis("the command line runs in processes of its own")
+
 EMBEDDED = re.compile(rb"started an embedded server \S+ at (redis://127\.0\.0\.1:(\d+)/0)")
 
 

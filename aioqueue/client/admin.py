@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from ..store.listing import ListedState
     from ..store.server import Eviction
     from ..store.settled import SettledListener
+    from .eager import Eager
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -69,6 +70,9 @@ class QueueHost(Protocol):
 
     @property
     def registry(self) -> Registry: ...
+
+    @property
+    def eager_mode(self) -> Eager: ...
 
 
 def _clear_errors(

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
@@ -99,6 +100,11 @@ def forget(name: str) -> None:
         _servers.pop(name, None)
 
 
+def check_available() -> None:
+    """ConfigError (saying how to install it) unless memory:// can run here."""
+    _connection_class()
+
+
 # -- fakeredis, loaded on first use ---------------------------------------------------------
 
 _CONNECTION: list[type[Any]] = []
@@ -142,3 +148,10 @@ def advance_clock(url: str, seconds: float) -> None:
     server = _server(memory_server_name(url))
     with _lock:
         setattr(server, clock.OFFSET, getattr(server, clock.OFFSET, 0.0) + seconds)
+
+
+def advance_clock_to(url: str, epoch_ms: int) -> None:
+    """Move the clock of the in-process server ``url`` names to ``epoch_ms`` (or leave it,
+    if it is there already)."""
+    now = time.time() + clock_offset(url)
+    advance_clock(url, max(0.0, epoch_ms / 1000 - now))

@@ -43,7 +43,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Run each test that uses the backend on both (see the module's docstring)."""
-    if "backend" not in metafunc.fixturenames:
+    if "redis_backend" not in metafunc.fixturenames:
         return
     marker = metafunc.definition.get_closest_marker("real_redis")
     if marker is not None and not (marker.args or marker.kwargs.get("reason")):
@@ -53,7 +53,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     backends = [
         backend for backend in (("real",) if real_only else BACKENDS) if chosen in ("both", backend)
     ]
-    metafunc.parametrize("backend", backends, scope="session")
+    metafunc.parametrize("redis_backend", backends, scope="session")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -77,9 +77,9 @@ def redis_server() -> Iterator[EmbeddedServer]:
 
 
 @pytest.fixture(scope="session")
-def redis_url(backend: str, request: pytest.FixtureRequest) -> str:
+def redis_url(redis_backend: str, request: pytest.FixtureRequest) -> str:
     """The URL of the backend under test: the session's real server, or memory://."""
-    if backend == "memory":
+    if redis_backend == "memory":
         return MEMORY_URL
     server: EmbeddedServer = request.getfixturevalue("redis_server")
     return server.url

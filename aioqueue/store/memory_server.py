@@ -189,16 +189,25 @@ class MemorySocket(AsyncFakeSocket):
 
     def close(self) -> None:
         server = self._server
+        if server is None:  # closed already
+            return
+        for blocked in list(getattr(server, _BLOCKED, ())):  # a closed client waits no more
+            if blocked.socket is self:
+                _unwatch(server, blocked)
+                blocked.answer(blocked.empty())
         super().close()
-        if server is not None:  # a closed client waits no more
-            for blocked in list(getattr(server, _BLOCKED, ())):
-                if blocked.socket is self:
-                    _unwatch(server, blocked)
-                    blocked.answer(blocked.empty())
 
 
 class MemoryConnection(FakeAsyncRedisConnection):
-    """fakeredis's connection, on a ``MemorySocket``."""
+    """fakeredis's connection, on a ``MemorySocket``, which it closes when it disconnects
+    (fakeredis drops it unclosed: still blocked, it would take the next item pushed, as
+    no closed Redis connection does)."""
+
+    async def disconnect(self, *args: Any, **kwargs: Any) -> None:
+        socket = self._sock
+        if socket is not None:
+            socket.close()
+        await super().disconnect(*args, **kwargs)
 
     async def _connect(self) -> None:
         self._sock = MemorySocket(

@@ -21,7 +21,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     dropped: list[pytest.Item] = []
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        on_memory = params.get("backend") == "memory"
+        on_memory = params.get("redis_backend") == "memory"
         (dropped if on_memory and params.get("runner") in OTHER_PROCESSES else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)

@@ -63,7 +63,8 @@ async def advance(
     if url is None:
         raise ConfigError(
             f"advance() moves the clock of a memory:// server; {app.redis_url} is a real "
-            "Redis, whose clock cannot be moved (run this test on memory://)"
+            "Redis, whose clock cannot be moved (run this test on memory://: "
+            "@pytest.mark.aioqueue_redis('memory'))"
         )
     if not (isinstance(seconds, int | float) and math.isfinite(seconds) and seconds >= 0):
         raise ConfigError(f"advance() takes a finite number of seconds >= 0, not {seconds!r}")

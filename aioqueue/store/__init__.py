@@ -21,4 +21,6 @@ stored_limits a queue's limits, as the hash take.lua obeys
 server        what the server is set to, where it matters (its eviction policy)
 connection    the App's Redis clients, their retry policy, and Redis failures as errors
 clients       the App's clients over their life: made per event loop, and closed
+memory        memory:// URLs: an in-process server (fakeredis with Lua) for tests, its clock
+memory_server what memory:// changes in fakeredis to behave as Redis does (or refuse)
 """

@@ -44,13 +44,13 @@ class InUse:
 
     clients: Clients | None = None
     loop: asyncio.AbstractEventLoop | None = None
-    settled: SettledListener | None = None
+    listener: SettledListener | None = None
 
     async def aclose(self) -> None:
         """Close the listener (through these clients: its wake message), then them."""
-        settled, self.settled = self.settled, None
-        if settled is not None and settled.loop is asyncio.get_running_loop():
-            await settled.close()
+        listener, self.listener = self.listener, None
+        if listener is not None and listener.loop is asyncio.get_running_loop():
+            await listener.close()
         clients, self.clients, self.loop = self.clients, None, None
         if clients is not None:
             await clients.aclose()
@@ -114,10 +114,10 @@ class Connector:
     def settled_listener(self, prefix: str) -> SettledListener:
         """The listener ``Job.result()`` waits on: one per loop, on the clients in use."""
         in_use = self._in_use
-        if in_use.settled is None or in_use.settled.loop is not asyncio.get_running_loop():
+        if in_use.listener is None or in_use.listener.loop is not asyncio.get_running_loop():
             wake = listener_wake_channel(prefix, secrets.token_hex(8))
-            in_use.settled = SettledListener(functools.partial(self._internal, in_use), wake)
-        return in_use.settled
+            in_use.listener = SettledListener(functools.partial(self._internal, in_use), wake)
+        return in_use.listener
 
     async def _internal(self, in_use: InUse) -> Redis:
         """The internal client of ``in_use``: the clients in use (made if need be), or the

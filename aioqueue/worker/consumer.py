@@ -293,12 +293,14 @@ class QueueConsumer(Component):
 
 
 async def any_ready(consumers: Iterable[object]) -> bool:
-    """Burst mode: has any of these queues a job ready? Run, it may enqueue on another of
-    them (a workflow's next step), whose consumer must not have ended by then."""
+    """Burst mode: has any of these queues a job ready to take (not paused)? Run, it may
+    enqueue on another of them (a workflow's next step), whose consumer must not have
+    ended by then."""
     for consumer in consumers:
         if not isinstance(consumer, QueueConsumer):
             continue
-        if (await reads.counts(consumer.redis, consumer.keys)).ready:
+        counts = await reads.counts(consumer.redis, consumer.keys)
+        if counts.ready and not counts.paused:
             return True
     return False
 

@@ -13,8 +13,9 @@ relies on it (``memory.py`` makes the clients; this module, the connection they 
   offset of the server running a command (a thread's own: 0 outside memory:// commands,
   so plain fakeredis clients see the host's clock).
 - **WAIT** (fakeredis lacks it) answers as a server with no replicas: 0, after the
-  timeout when asked for any. **CLIENT PAUSE** (which fakeredis accepts and ignores) is
-  refused with an error that says so.
+  timeout when asked for any; **CONFIG GET** and **INFO** (lacked too) answer what the
+  eviction check reads: no eviction, nothing evicted. **CLIENT PAUSE** (which fakeredis
+  accepts and ignores) is refused with an error that says so.
 """
 
 from __future__ import annotations
@@ -123,7 +124,11 @@ class _Blocked:
             self.loop.call_soon_threadsafe(self.event.set)
 
 
-_WAIT = Signature("wait", "wait", (Int, Int))  # type: ignore[arg-type]
+_ADDED = {  # commands fakeredis lacks: name -> (method, signature)
+    "wait": ("wait", Signature("wait", "wait", (Int, Int))),  # type: ignore[arg-type]
+    "config get": ("config_get", Signature("config get", "config_get", (bytes,), (bytes,))),
+    "info": ("info", Signature("info", "info", (), (bytes,))),  # type: ignore[arg-type]
+}
 
 
 class MemorySocket(AsyncFakeSocket):
@@ -171,9 +176,22 @@ class MemorySocket(AsyncFakeSocket):
             self.resume()
 
     def _name_to_func(self, cmd_name: str) -> tuple[Any, Any]:
-        if cmd_name == "wait":
-            return self.wait, _WAIT
+        if cmd_name in _ADDED:
+            method, signature = _ADDED[cmd_name]
+            return getattr(self, method), signature
         return super()._name_to_func(cmd_name)
+
+    def config_get(self, *names: bytes) -> Any:
+        """CONFIG GET of what aioqueue reads: memory:// never evicts a key."""
+        known = {b"maxmemory-policy": b"noeviction", b"maxmemory": b"0"}
+        found = {name.lower(): known[name.lower()] for name in names if name.lower() in known}
+        if self._resp_version == 3:  # (a map in RESP3)
+            return found
+        return [item for pair in found.items() for item in pair]
+
+    def info(self, *_: bytes) -> bytes:
+        """INFO, as far as aioqueue reads it (its eviction check): nothing evicted."""
+        return b"# Stats\r\nevicted_keys:0\r\n"
 
     def wait(self, replicas: int, timeout_ms: int) -> Any:
         """WAIT on a server with no replicas: 0, at once if none are asked for."""

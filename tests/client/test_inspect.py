@@ -213,7 +213,6 @@ def test_worker_warnings_name_mixed_task_sets_and_windows() -> None:
     assert "different idempotency windows (1s, 2s)" in windows
 
 
-@pytest.mark.real_redis("reads the real server's CONFIG")
 async def test_the_eviction_policy_of_the_suites_server_is_safe(app: aioqueue.App) -> None:
     eviction = await app.queue().eviction()
     assert eviction.policy == "noeviction" and not eviction.unsafe

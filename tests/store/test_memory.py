@@ -148,3 +148,24 @@ async def test_a_missing_fakeredis_is_one_line_saying_what_to_install(
     with pytest.raises(aioqueue.ConfigError, match=r"^memory:// needs fakeredis with Lua: pip"):
         await app.client()
     await app.close()
+
+
+async def test_the_eviction_check_reads_that_memory_never_evicts(server: Any) -> None:
+    assert await server.config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
+    assert (await server.info("stats"))["evicted_keys"] == 0
+
+
+async def test_scripts_lost_by_the_server_are_loaded_again(app: aioqueue.App) -> None:
+    """NOSCRIPT, on the hot path and off it: the script goes again after SCRIPT LOAD."""
+
+    @app.task
+    async def noop(n: int) -> None: ...
+
+    redis = await app.client()
+    await noop.enqueue(0)
+    await redis.script_flush()
+    assert (await noop.enqueue(1)).created
+    await redis.script_flush()
+    assert all(job.created for job in await asyncio.gather(*(noop.enqueue(n) for n in range(9))))
+    await redis.script_flush()
+    assert (await app.queue().counts()).ready == 11

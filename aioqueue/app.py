@@ -51,7 +51,8 @@ class App:
     Constructing an App touches nothing: Redis is reached on first use. ``redis_url``
     may name one server (``redis://``, ``rediss://``, ``unix://``), a Cluster
     (``redis+cluster://host:port,host:port``) or a Sentinel-managed master
-    (``redis+sentinel://host:port,host:port/SERVICE``); or hand it a client of your own
+    (``redis+sentinel://host:port,host:port/SERVICE``), or an in-process server for tests
+    (``memory://``: ``aioqueue.testing``); or hand it a client of your own
     (``client=``: a ``redis.asyncio.Redis`` or ``RedisCluster``, e.g. for a managed
     service with its own discovery), which the App uses but does not close. A client is
     bound to one event loop, so an App given one lives on that loop.

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ..core.registry import Registry
     from ..core.settings import AppSettings
     from ..store.settled import SettledListener
+    from .eager import Eager
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -42,6 +43,9 @@ class QueueHost(Protocol):
 
     @property
     def registry(self) -> Registry: ...
+
+    @property
+    def eager_mode(self) -> Eager: ...
 
 
 class Hosted(Protocol):

@@ -167,6 +167,8 @@ class Queue(QueueAdmin):
                         results = await self._batcher.submit_many(new)
             except RedisError as exc:
                 raise self._failure(exc, [job.id for job in new]) from exc
+        if self._host.eager_mode.on:
+            await self._host.eager_mode.run()
         return [Job(self, job.id, created=r.created) for job, r in zip(new, results, strict=True)]
 
     def job(self, job_id: str) -> Job[Any]:
@@ -190,8 +192,12 @@ class Queue(QueueAdmin):
         if self._host.registry.observers:
             with contextlib.ExitStack() as stack:
                 headers = self._observe(stack, task)
-                return await write(self._prepare(task, args, kwargs, options, headers))
-        return await write(self._prepare(task, args, kwargs, options))
+                job = await write(self._prepare(task, args, kwargs, options, headers))
+        else:
+            job = await write(self._prepare(task, args, kwargs, options))
+        if self._host.eager_mode.on:  # (tests: run it before returning, ``App.eager``)
+            await self._host.eager_mode.run()
+        return job
 
     async def _debounce(self, options: JobOptions, new: NewJob) -> Job[Any]:
         """A debounced call: the pending run of its key takes these arguments and starts

@@ -26,4 +26,6 @@ deadline      one total deadline per public call, retries included; the retry po
 sentinel      following a Sentinel-managed master through failovers, planned or not
 following     the connections that follow it (and refuse a demoted master)
 clients       the App's clients over their life: made per event loop, and closed
+memory        memory:// URLs: an in-process server (fakeredis with Lua) for tests, its clock
+memory_server what memory:// changes in fakeredis to behave as Redis does (or refuse)
 """

@@ -24,7 +24,7 @@ from aioqueue.ops.embedded_cluster import EmbeddedCluster
 from aioqueue.store.routing import lines_for
 from tests.helpers import collect_leaked_sockets, leaks_outside, now, produce_confirmed, wait_until
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.real_redis("a Redis Cluster")]
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,8 @@ import aioqueue
 from aioqueue.ops.tables import QueueSnapshot, info_table
 from tests.ops.test_cli import TARGET, cli_env, producer, run_cli
 
+pytestmark = pytest.mark.real_redis("the command line runs in processes of its own")
+
 __all__ = ["cli_env", "producer"]  # fixtures, shared with test_cli
 
 

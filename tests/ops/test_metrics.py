@@ -184,6 +184,7 @@ async def test_a_running_worker_its_job_in_flight_then_cancelled(
     assert value(await scrape(server), "worker_up") == 0
 
 
+@pytest.mark.real_redis("SIGSTOPs the server")
 async def test_a_hung_redis_costs_a_scrape_depth_timeout_and_an_error(
     prefix: str, redis_url: str, served: list[MetricsServer]
 ) -> None:

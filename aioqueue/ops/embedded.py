@@ -48,6 +48,23 @@ def find_server_binary() -> str | None:
     return binary if binary and Path(binary).exists() else None
 
 
+def server_pid(port: int) -> int | None:
+    """The process id of the server on this loopback port (``INFO server``), or None when
+    none answers."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            sock.sendall(b"INFO server\r\n")
+            reply = b""
+            while b"process_id:" not in reply or not reply.split(b"process_id:")[1].count(b"\r\n"):
+                chunk = sock.recv(4096)
+                if not chunk:
+                    return None
+                reply += chunk
+    except OSError:
+        return None
+    return int(reply.split(b"process_id:")[1].split(b"\r\n")[0])
+
+
 def answers_ping(port: int) -> bool:
     """Whether a server on this loopback port answers PING (a raw socket: no client)."""
     try:
@@ -59,6 +76,7 @@ def answers_ping(port: int) -> bool:
 
 
 DIR_PREFIX = "aioqueue-redis-"
+PORT_ATTEMPTS = 5
 OWNER_FILE = "owner.pid"
 
 
@@ -144,6 +162,7 @@ class EmbeddedServer(Started):
         extra_args: Sequence[str] = (),
     ) -> None:
         self.binary = find_server_binary()
+        self._port_chosen = port is None  # (taken meanwhile by another process: choose again)
         self.port = port or free_loopback_port()
         self._workdir = Path(workdir) if workdir else None
         self._tempdir: tempfile.TemporaryDirectory[str] | None = None
@@ -178,23 +197,39 @@ class EmbeddedServer(Started):
         ]  # fmt: skip
         if self._appendonly:
             args += ["--appendfsync", "always"]
-        self._process = subprocess.Popen(
-            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-            preexec_fn=die_with_parent if sys.platform == "linux" else None,
-        )  # fmt: skip
-        self._wait_for_ping(timeout)
+        for attempt in range(PORT_ATTEMPTS):
+            if attempt:
+                self.port = free_loopback_port()
+                args[args.index("--port") + 1] = str(self.port)
+            self._process = subprocess.Popen(
+                args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=die_with_parent if sys.platform == "linux" else None,
+            )  # fmt: skip
+            if self._wait_until_serving(timeout) or not self._port_chosen:
+                break
+        else:
+            self.stop()
+            raise ServerUnavailable(f"{self.binary} found no free port in {PORT_ATTEMPTS} tries")
         return self.url
 
-    def _wait_for_ping(self, timeout: float) -> None:
+    def _wait_until_serving(self, timeout: float) -> bool:
+        """Wait until this very process answers on the port (not another that took the port
+        between its choice and the start: then False, this one having exited)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self._process is not None and self._process.poll() is not None:
-                raise ServerUnavailable(f"{self.binary} exited with {self._process.returncode}")
-            if answers_ping(self.port):
-                return
+            process = self._process
+            assert process is not None
+            if process.poll() is not None:
+                if self._port_chosen and server_pid(self.port) not in (None, process.pid):
+                    return False
+                self.stop()
+                raise ServerUnavailable(f"{self.binary} exited with {process.returncode}")
+            if server_pid(self.port) == process.pid:
+                return True
             time.sleep(0.02)
         self.stop()
-        raise ServerUnavailable(f"{self.binary} did not answer PING within {timeout}s")
+        raise ServerUnavailable(f"{self.binary} did not answer within {timeout}s")
 
     def stop(self) -> None:
         """Terminate the server (SIGTERM, then SIGKILL) and remove its directory."""

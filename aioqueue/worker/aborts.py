@@ -11,6 +11,7 @@ the channels are sharded (``pubsub.PubSubConnection``): each is heard on the nod
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +49,7 @@ class AbortListener(Component):
         self._redis, self._on_abort, self._poll = redis, on_abort, poll
         self._queue_of = {keys.abort_channel.encode(): keys.name for keys in queues}
         self._wake_channel = queues[0].abort_wake(worker_id)  # a message here ends a wait
+        self.listening = asyncio.Event()  # subscribed once: a cancel published now is heard
 
     def loops(self) -> list[Coroutine[Any, Any, None]]:
         return [self._run()]
@@ -75,6 +77,7 @@ class AbortListener(Component):
         try:
             wake = [] if subscriber.sharded else [self._wake_channel.encode()]  # see unblock()
             await subscriber.subscribe([*self._queue_of, *wake])
+            self.listening.set()
             await subscriber.listen(self._heard, self.stopping.is_set, poll=self._poll)
         finally:
             await subscriber.aclose()

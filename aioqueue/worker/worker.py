@@ -63,6 +63,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+ABORTS_READY = 2.0  # seconds a starting worker waits for its abort channels, at most
+
 
 class WorkerHost(Protocol):
     """What a Worker needs of its App: the registry, the settings and a client."""
@@ -169,8 +171,10 @@ class Worker:
             return
         await self._resources.open()  # startup hooks, worker-scoped dependencies
         inflight = await self._compose(redis)
-        settling = (inflight, *self._acks, *self._topic_acks)
-        for component in (*self._intake, *settling, *self._background):
+        for component in (inflight, *self._acks, *self._topic_acks, *self._background):
+            component.start()
+        await self._hear_aborts()
+        for component in self._intake:
             component.start()
         if self.settings.burst:
             self._burst_watch = asyncio.get_running_loop().create_task(self._stop_when_drained())
@@ -183,6 +187,17 @@ class Worker:
         )  # fmt: skip
         for unused in filter(None, map(self.registry.unused_queue, self.settings.queues)):
             logger.warning("worker %s: %s", self.id, unused)
+
+    async def _hear_aborts(self) -> None:
+        """Take jobs once the abort channels are subscribed, so that a job cancelled as soon
+        as it runs is stopped at once, not at its next lease renewal (which still covers a
+        subscription that takes longer than ABORTS_READY)."""
+        listeners = [c for c in self._background if isinstance(c, AbortListener)]
+        waits = [asyncio.ensure_future(listener.listening.wait()) for listener in listeners]
+        if waits:
+            _, late = await asyncio.wait(waits, timeout=ABORTS_READY)
+            for wait in late:
+                wait.cancel()
 
     async def _compose(self, redis: Redis) -> InFlight:
         """Build the components, now that their inputs exist (a client; the middleware and

@@ -126,3 +126,23 @@ async def test_counts_leave_out_cancelled_jobs(app: aioqueue.App, redis: Redis) 
     assert await kept.result(timeout=1) == 3
     assert await queue.counts() == counts()
     assert await redis.hgetall(queue.keys.skipped) == {}  # every skip taken back
+
+
+async def test_a_started_worker_hears_cancels_before_it_takes_a_job(
+    app: aioqueue.App, redis: Redis
+) -> None:
+    """A job cancelled as soon as it runs is stopped by the message, not at the lease
+    renewal a lease later: the abort channel is subscribed before the first take."""
+
+    @app.task
+    async def noop() -> None:
+        pass
+
+    channel = app.queue().keys.abort_channel
+    worker = app.worker(concurrency=1)
+    await worker.start()
+    try:
+        [(_, subscribers)] = await redis.pubsub_numsub(channel)
+        assert subscribers == 1
+    finally:
+        await worker.stop()

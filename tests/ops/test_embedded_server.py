@@ -1,0 +1,29 @@
+"""The embedded server is the one that answers on its port: a port taken by another
+process between its choice and the start is chosen again (test processes run side by
+side), never mistaken for the new server."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from aioqueue.ops import embedded
+from aioqueue import ServerUnavailable
+from aioqueue.ops.embedded import EmbeddedServer, server_pid
+
+
+def test_a_port_taken_meanwhile_is_chosen_again(
+    redis_server: EmbeddedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ports = itertools.chain([redis_server.port], iter(embedded.free_loopback_port, None))
+    monkeypatch.setattr(embedded, "free_loopback_port", lambda: next(ports))
+    with EmbeddedServer() as server:
+        assert server.port != redis_server.port
+        assert server_pid(server.port) == server.pid
+    assert server_pid(redis_server.port) == redis_server.pid  # (the other one untouched)
+
+
+def test_a_port_asked_for_and_taken_is_an_error(redis_server: EmbeddedServer) -> None:
+    with pytest.raises(ServerUnavailable, match="exited"):
+        EmbeddedServer(port=redis_server.port).start()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 from typing import TYPE_CHECKING
 
 from rich.console import Group
@@ -30,6 +31,7 @@ from .tables import (
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Iterator
 
     from rich.console import RenderableType
 
@@ -111,16 +113,38 @@ async def run_info(app: App, args: argparse.Namespace) -> int:
     if args.watch is None:
         out.print(await _info(app, names))
         return 0
-    with contextlib.suppress(asyncio.CancelledError):  # Ctrl-C: asyncio.run cancels this
+    with _until_interrupted() as stop:
         if not out.is_terminal:  # a pipe or a log: one view after another
-            while True:
+            while not stop.is_set():
                 out.print(await _info(app, names))
-                await asyncio.sleep(args.watch)
+                await _pause(stop, args.watch)
+            return 0
         with Live(await _info(app, names), console=out, auto_refresh=False) as live:
-            while True:
-                await asyncio.sleep(args.watch)
+            while not await _pause(stop, args.watch):
                 live.update(await _info(app, names), refresh=True)
     return 0
+
+
+@contextlib.contextmanager
+def _until_interrupted() -> Iterator[asyncio.Event]:
+    """An event set by Ctrl-C or SIGTERM: the watch ends after the redraw under way (a call
+    cancelled inside redis-py can hang its client for seconds; call_timeout bounds a redraw)."""
+    loop, stop = asyncio.get_running_loop(), asyncio.Event()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        yield stop
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+
+
+async def _pause(stop: asyncio.Event, seconds: float) -> bool:
+    """Wait ``seconds`` or until ``stop``; whether it is set."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+    return stop.is_set()
 
 
 async def _info(app: App, names: list[str]) -> RenderableType:

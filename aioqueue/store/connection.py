@@ -52,13 +52,12 @@ from ..core.settings import (
     sentinel_service,
 )
 from .deadline import DeadlineRetry
-from .following import FollowingPool
 from .memory import memory_pools
 from .routing import close_lines
-from .sentinel import MasterWatch
 
 if TYPE_CHECKING:
     from ..core.settings import AppSettings
+    from .sentinel import MasterWatch
 
 RETRIES = 3
 SENTINEL_RETRIES = 8  # ~5 s of reconnecting: a failover's election takes a few seconds
@@ -207,6 +206,10 @@ def _sentinel_clients(url: str, settings: AppSettings) -> Clients:
     moves to the new master at its switch). The URL's credentials are the data nodes';
     ``sentinel_username`` / ``sentinel_password`` in the query string are the Sentinels'
     own."""
+    # Imported here: only a Sentinel URL needs them, never a worker's start on one server.
+    from .following import FollowingPool
+    from .sentinel import MasterWatch
+
     parts = urlsplit(url)
     nodes, service, db = sentinel_service(url)
     query = {key: values[-1] for key, values in parse_qs(parts.query).items()}

@@ -55,17 +55,18 @@ def assemble(name: str, root: Traversable = LUA, swaps: Mapping[str, str] | None
 
 def _read(root: Traversable, relative: str) -> str | None:
     """The text of ``<root>/<relative>``, or None if there is no such file."""
-    if root is LUA:
-        return _packaged(relative)
-    path = root.joinpath(*relative.split("/"))
-    return path.read_text("utf-8") if path.is_file() else None
+    return _packaged(relative) if root is LUA else _text(root, relative)
 
 
 @functools.cache
 def _packaged(relative: str) -> str | None:
     """A file of the package's own ``lua`` folder, read once: its thirty scripts and their
     Cluster builds include the same few snippets ~350 times (~10 ms of a worker's start)."""
-    path = LUA.joinpath(*relative.split("/"))
+    return _text(LUA, relative)
+
+
+def _text(root: Traversable, relative: str) -> str | None:
+    path = root.joinpath(*relative.split("/"))
     return path.read_text("utf-8") if path.is_file() else None
 
 

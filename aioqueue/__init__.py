@@ -7,16 +7,19 @@ async def send_email(to: str, subject: str) -> str: ...
 
 job = await send_email.enqueue("a@b.c", subject="hi")
 print(await job.result(timeout=5))
+
+The names of messaging, topics and workflows are imported on first use (``__getattr__``):
+a worker that runs jobs needs none of them, and its start should not import them.
 """
+
+from importlib import import_module as _import_module
+from typing import TYPE_CHECKING
 
 from .app import App
 from .client.enqueue import JobOptions
 from .client.job import Job
-from .client.messaging import ChannelInfo, Group, Mailbox, Message
 from .client.queue import EnqueueCall, Queue
 from .client.task import Task
-from .client.topics import DeadMessage, GroupInfo, Topic, TopicInfo
-from .client.workflows import Batch, BatchSummary, Flow, FlowStatus, Workflow, chain, chord, flow
 from .core import __version__
 from .core.backoff import Backoff, Exponential, Fixed
 from .core.dependencies import Depends
@@ -65,6 +68,47 @@ from .core.records import (
     TenantCount,
 )
 from .worker import Worker
+
+if TYPE_CHECKING:
+    from .client.messaging import ChannelInfo, Group, Mailbox, Message
+    from .client.topics import DeadMessage, GroupInfo, Topic, TopicInfo
+    from .client.workflows import (
+        Batch,
+        BatchSummary,
+        Flow,
+        FlowStatus,
+        Workflow,
+        chain,
+        chord,
+        flow,
+    )
+
+_LAZY = {
+    **dict.fromkeys(("ChannelInfo", "Group", "Mailbox", "Message"), ".client.messaging"),
+    **dict.fromkeys(("DeadMessage", "GroupInfo", "Topic", "TopicInfo"), ".client.topics"),
+    **dict.fromkeys(
+        ("Batch", "BatchSummary", "Flow", "FlowStatus", "Workflow", "chain", "chord", "flow"),
+        ".client.workflows",
+    ),
+}
+"""The public names imported on first use, and their modules."""
+
+
+# Hidden from type checkers, which read the imports above instead: one that saw a module
+# __getattr__ would accept any name, a misspelt one too.
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(_import_module(module, __name__), name)
+        globals()[name] = value  # the next use finds it at once
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "AioqueueError",

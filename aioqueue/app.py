@@ -1,5 +1,9 @@
 """App: the façade a user holds. It registers (into its ``Registry``), connects (its
-``Connector``), and makes the handles: queues, workers, mailboxes, groups, topics."""
+``Connector``), and makes the handles: queues, workers, mailboxes, groups, topics.
+
+Messaging, topics and workflows are imported by the methods that make their handles: a
+worker that runs jobs uses none of them, and its start should not import them.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +13,13 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, Unpack, cast, overloa
 from redis.exceptions import RedisError
 
 from .client.eager import Eager
-from .client.messaging import DEFAULT_MAX_MESSAGES, Group, Mailbox, channels, unread
 from .client.queue import Queue
 from .client.task import Task, TaskDecorator
-from .client.topics import Topic, topic_names
-from .client.workflows import Batch
 from .core.errors import ConfigError
 from .core.handlers import Handler, Subscriber, check_subscriber
 from .core.keys import validate_name
 from .core.registry import Registry
-from .core.settings import APP_DEFAULTS, AppSettings, prefix_from_env
+from .core.settings import APP_DEFAULTS, DEFAULT_MAX_MESSAGES, AppSettings, prefix_from_env
 from .store import deadline
 from .store.clients import Connector
 from .store.connection import failure
@@ -32,7 +33,10 @@ if TYPE_CHECKING:
 
     from redis.asyncio import Redis, RedisCluster
 
+    from .client.messaging import Group, Mailbox
     from .client.queue import EnqueueCall
+    from .client.topics import Topic
+    from .client.workflows import Batch
     from .core.handlers import RunRules, TaskKeywords
     from .core.middleware import LifecycleHook, Middleware
     from .core.observers import Observer
@@ -238,6 +242,8 @@ class App:
         """Jobs enqueued together, with callbacks once all have settled (see ``Batch``):
         ``async with app.batch(on_complete=report.enqueue()) as batch: batch.add(...)``.
         The batch's queue: ``queue``, else its callbacks', else the default queue."""
+        from .client.workflows import Batch  # (see the module's docstring)
+
         callback = on_complete or on_success
         chosen = self.queue(queue) if queue is not None or callback is None else callback._queue
         return Batch(chosen, on_complete=on_complete, on_success=on_success)
@@ -245,25 +251,35 @@ class App:
     def mailbox(self, name: str, *, max_messages: int = DEFAULT_MAX_MESSAGES) -> Mailbox:
         """The mailbox with this name: anyone sends, one reader fetches (see
         ``aioqueue.client.messaging``). ``max_messages`` bounds what it keeps (0: no bound)."""
+        from .client.messaging import Mailbox  # (see the module's docstring)
+
         return Mailbox(self, name, max_messages)
 
     def group(self, name: str, *, max_messages: int = DEFAULT_MAX_MESSAGES) -> Group:
         """The group with this name: members send, and each reads every message after
         its own cursor. ``max_messages`` bounds what it keeps (0: no bound)."""
+        from .client.messaging import Group  # (see the module's docstring)
+
         return Group(self, name, max_messages)
 
     async def unread(self, member: str) -> dict[str, int]:
         """How many messages ``member`` has not acknowledged in each of its groups."""
+        from .client.messaging import unread  # (see the module's docstring)
+
         return await unread(self, member)
 
     async def channels(self) -> list[Mailbox | Group]:
         """Every mailbox sent to and group joined under this app's prefix, by name."""
+        from .client.messaging import channels  # (see the module's docstring)
+
         return await channels(self)
 
     def topic(self, name: str, *, max_messages: int = DEFAULT_MAX_MESSAGES) -> Topic:
         """The topic with this name: publish to it; every subscriber group (see
         ``subscriber``) processes every message. ``max_messages`` bounds what it keeps
         (0: no bound)."""
+        from .client.topics import Topic  # (see the module's docstring)
+
         return Topic(self, name, max_messages)
 
     def subscriber(
@@ -298,6 +314,8 @@ class App:
     async def topics(self) -> list[Topic]:
         """Every topic with a subscriber group under this app's prefix (and every topic
         this app has subscribers for), by name."""
+        from .client.topics import topic_names  # (see the module's docstring)
+
         names = await topic_names(self, {each.topic for each in self.registry.subscribers.values()})
         return [self.topic(name) for name in names]
 

@@ -37,6 +37,7 @@ import orjson
 
 from ..core.errors import ConfigError, NotAMember, PayloadTooLarge, SerializationError
 from ..core.keys import ChannelKeys, channels_registry, member_groups, validate_name
+from ..core.settings import DEFAULT_MAX_MESSAGES
 from ..store import reads
 from ..store.scripts import mailboxes
 
@@ -48,7 +49,6 @@ if TYPE_CHECKING:
     from ..core.settings import AppSettings
     from ..store.settled import SettledListener
 
-DEFAULT_MAX_MESSAGES = 100_000
 MAILBOX_READER = ""  # a mailbox's one reader, in its cursors ZSET
 
 

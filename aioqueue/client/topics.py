@@ -31,10 +31,11 @@ from redis.exceptions import ResponseError
 from ..core.errors import ConfigError
 from ..core.keys import TopicKeys, validate_name
 from ..core.records import ErrorInfo
+from ..core.settings import DEFAULT_MAX_MESSAGES
 from ..store import reads
 from ..store.scripts import topics
 from ..store.streams import create_group
-from .messaging import DEFAULT_MAX_MESSAGES, encode_bodies
+from .messaging import encode_bodies
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence

@@ -9,7 +9,6 @@ sharing its queue, a periodic job's arguments against its handler.
 
 from __future__ import annotations
 
-import difflib
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
@@ -31,7 +30,7 @@ from .periodic import Missed, Periodic
 from .priorities import DEFAULT_PRIORITY, resolve_priority
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from .limits import QueueLimits
     from .middleware import LifecycleHook, Middleware
@@ -204,7 +203,7 @@ class Registry:
         names = sorted(t.name for t in self.tasks.values() if t.options.queue == queue)
         if not names:
             return None
-        close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+        close = _close_matches(name, names)
         hint = f"did you mean {' or '.join(map(repr, close))}?" if close else ""
         listed = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
         return (
@@ -217,7 +216,7 @@ class Registry:
         (a worker would bury each of its jobs as an unknown task), naming close ones."""
         if queue in self.queue_names():
             return None
-        close = difflib.get_close_matches(queue, self.queue_names(), n=3, cutoff=0.6)
+        close = _close_matches(queue, self.queue_names())
         hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
         return f"no task of this app uses queue {queue!r} (its jobs would be buried){hint}"
 
@@ -235,3 +234,10 @@ class Registry:
     def declared_periodic(self, queue: str) -> list[Periodic]:
         """The periodic specs declared in code for one queue."""
         return [spec for spec in self.periodic.values() if spec.queue == queue]
+
+
+def _close_matches(name: str, names: Iterable[str]) -> list[str]:
+    """The names that look like ``name``, for "did you mean" hints."""
+    import difflib  # (here: only a mistake needs it, never a worker's start)
+
+    return difflib.get_close_matches(name, names, n=3, cutoff=0.6)

@@ -26,6 +26,7 @@ ENV_REDIS_URL = "AIOQUEUE_REDIS_URL"
 ENV_PREFIX = "AIOQUEUE_PREFIX"
 DEFAULT_PREFIX = "aioqueue"
 DEFAULT_QUEUE = "default"
+DEFAULT_MAX_MESSAGES = 100_000  # what a mailbox, group or topic keeps at most
 
 QueueOrder = Literal["fair", "strict"]
 """How a worker of several queues shares its slots between them: "fair", every queue

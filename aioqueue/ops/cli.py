@@ -24,15 +24,16 @@ from redis.exceptions import AuthenticationError, NoPermissionError, RedisError,
 from ..app import App
 from ..core import __version__
 from ..core.errors import AioqueueError, ConfigError, describe
+from ..core.memory import MEMORY_SCHEME
 from ..core.settings import ENV_REDIS_URL, WORKER_DEFAULTS, mask_url
 from . import logs
-from .commands import refuse_in_process, run_check, run_info, run_jobs, run_queue, run_reconcile
-from .job_commands import run_dead, run_job
 from .serve import run_dashboard, run_worker
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Sequence
     from typing import Any
+
+    OneShot = Callable[[App, argparse.Namespace], Coroutine[Any, Any, int]]
 
 logger = logging.getLogger("aioqueue.cli")
 
@@ -293,16 +294,17 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-ONE_SHOT: dict[str, Callable[[App, argparse.Namespace], Coroutine[Any, Any, int]]] = {
-    "check": run_check,
-    "info": run_info,
-    "jobs": run_jobs,
-    "job": run_job,
-    "queue": run_queue,
-    "dead": run_dead,
-    "reconcile": run_reconcile,
-    "dashboard": run_dashboard,
-}
+def one_shot_commands() -> dict[str, OneShot]:
+    """The commands other than ``worker``, by name."""
+    # Imported when one runs: their tables need rich, which a worker's start never does.
+    from .commands import run_check, run_info, run_jobs, run_queue, run_reconcile
+    from .job_commands import run_dead, run_job
+
+    return {
+        "check": run_check, "info": run_info, "jobs": run_jobs, "job": run_job,
+        "queue": run_queue, "dead": run_dead, "reconcile": run_reconcile,
+        "dashboard": run_dashboard,
+    }  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -342,6 +344,17 @@ def _run(args: argparse.Namespace) -> int:
     return 2
 
 
+def refuse_in_process(app: App) -> None:
+    """A memory:// server lives inside the process that uses it (tests): a command, a
+    process of its own, would see an empty one of its own and act on nothing."""
+    url = app.redis_url or ""
+    if url.partition("://")[0] == MEMORY_SCHEME:
+        raise ConfigError(
+            f"{url} is an in-process server for tests: the command line, a process of its "
+            f"own, cannot reach it; give it a Redis URL (--redis-url or {ENV_REDIS_URL})"
+        )
+
+
 def _reader_gone() -> int:
     """stdout's reader closed the pipe (``| head -1``): stop without a word, as Unix tools
     do (their status: killed by SIGPIPE), and let nothing write to it again at exit."""
@@ -368,6 +381,6 @@ def _url(app: App | None) -> str:
 
 async def _one_shot(app: App, args: argparse.Namespace) -> int:
     try:
-        return await ONE_SHOT[args.command](app, args)
+        return await one_shot_commands()[args.command](app, args)
     finally:
         await app.close()

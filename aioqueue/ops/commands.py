@@ -16,7 +16,6 @@ from rich.console import Group
 from rich.live import Live
 
 from ..core.errors import ConfigError, ServerUnavailable
-from ..core.memory import MEMORY_SCHEME
 from ..core.settings import ENV_REDIS_URL, mask_url
 from .tables import (
     WHEN,
@@ -46,17 +45,6 @@ def say(line: str) -> None:
 def need_url(app: App, command: str) -> None:
     if not app.redis_url:
         raise ConfigError(f"{command} needs a Redis URL (--redis-url or {ENV_REDIS_URL})")
-
-
-def refuse_in_process(app: App) -> None:
-    """A memory:// server lives inside the process that uses it (tests): a command, a
-    process of its own, would see an empty one of its own and act on nothing."""
-    url = app.redis_url or ""
-    if url.partition("://")[0] == MEMORY_SCHEME:
-        raise ConfigError(
-            f"{url} is an in-process server for tests: the command line, a process of its "
-            f"own, cannot reach it; give it a Redis URL (--redis-url or {ENV_REDIS_URL})"
-        )
 
 
 async def run_check(app: App, args: argparse.Namespace) -> int:

@@ -22,6 +22,7 @@ from inspect import signature
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
+import redis
 from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.connection import AbstractConnection
@@ -51,13 +52,12 @@ from ..core.settings import (
     sentinel_service,
 )
 from .deadline import DeadlineRetry
-from .following import FollowingPool
 from .memory import memory_pools
 from .routing import close_lines
-from .sentinel import MasterWatch
 
 if TYPE_CHECKING:
     from ..core.settings import AppSettings
+    from .sentinel import MasterWatch
 
 RETRIES = 3
 SENTINEL_RETRIES = 8  # ~5 s of reconnecting: a failover's election takes a few seconds
@@ -141,7 +141,7 @@ def make_clients(url: str, settings: AppSettings) -> Clients:
         "socket_connect_timeout": settings.connect_timeout,
         "retry_on_error": [RedisConnectionError, RedisTimeoutError],
         "decode_responses": False,
-        **_no_maintenance_handshake(),
+        **_handshake_options(),
     }
     shared = BlockingConnectionPool.from_url(
         url,
@@ -192,7 +192,7 @@ def _cluster_clients(url: str, settings: AppSettings) -> Clients:
             socket_connect_timeout=settings.connect_timeout,
             max_connections=settings.max_connections, decode_responses=False,
             retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), RETRIES),
-            **_no_maintenance_handshake(), **tls_options,
+            **_handshake_options(), **tls_options,
         )  # fmt: skip
         return cast("Redis", cluster)  # see the docstring
 
@@ -206,6 +206,10 @@ def _sentinel_clients(url: str, settings: AppSettings) -> Clients:
     moves to the new master at its switch). The URL's credentials are the data nodes';
     ``sentinel_username`` / ``sentinel_password`` in the query string are the Sentinels'
     own."""
+    # Imported here: only a Sentinel URL needs them, never a worker's start on one server.
+    from .following import FollowingPool
+    from .sentinel import MasterWatch
+
     parts = urlsplit(url)
     nodes, service, db = sentinel_service(url)
     query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
@@ -222,7 +226,7 @@ def _sentinel_clients(url: str, settings: AppSettings) -> Clients:
         "username": unquote(parts.username) if parts.username else None,
         "password": unquote(parts.password) if parts.password else None,
         "retry_on_error": [RedisConnectionError, RedisTimeoutError],
-        **_no_maintenance_handshake(),
+        **_handshake_options(),
     }  # fmt: skip
     if parts.scheme.startswith("rediss"):
         options["ssl"] = True
@@ -240,14 +244,21 @@ def _sentinel_clients(url: str, settings: AppSettings) -> Clients:
     return Clients(client(settings.call_timeout), client(None), sentinel=sentinel, watch=watch)
 
 
-def _no_maintenance_handshake() -> dict[str, Any]:
-    """redis-py 8 sends CLIENT MAINT_NOTIFICATIONS on every new connection (Redis Enterprise
-    only; Redis 7 rejects it): one wasted round trip per connection. Older versions lack
-    the option (7.x has the module, but its asyncio connections reject the argument)."""
-    try:
+def _handshake_options() -> dict[str, Any]:
+    """The options of a new connection's handshake, where the installed redis-py takes them
+    (7.x has redis.maint_notifications, but its asyncio connections reject the argument)."""
+    parameters = signature(AbstractConnection.__init__).parameters
+    options: dict[str, Any] = {}
+    if "maint_notifications_config" in parameters:
+        # redis-py 8 sends CLIENT MAINT_NOTIFICATIONS on every new connection (Redis
+        # Enterprise only; Redis 7 rejects it): one wasted round trip per connection.
         from redis.maint_notifications import MaintNotificationsConfig
-    except ImportError:
-        return {}
-    if "maint_notifications_config" not in signature(AbstractConnection.__init__).parameters:
-        return {}
-    return {"maint_notifications_config": MaintNotificationsConfig(enabled=False)}
+
+        options["maint_notifications_config"] = MaintNotificationsConfig(enabled=False)
+    if "driver_info" in parameters:
+        # CLIENT SETINFO's version, given once: without it redis-py 8 reads the package's
+        # metadata for every new connection (~2 ms each; a worker opens several at start).
+        from redis.driver_info import DriverInfo
+
+        options["driver_info"] = DriverInfo(lib_version=redis.__version__)
+    return options

@@ -17,6 +17,7 @@ command layer (EVALSHA); the packed hot path goes through ``routing`` (see ``scr
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from importlib.resources import files
@@ -46,8 +47,27 @@ def assemble(name: str, root: Traversable = LUA, swaps: Mapping[str, str] | None
     """The source of ``<root>/<name>.lua`` with its ``-- @include`` lines resolved from
     ``<root>/include`` (``swaps``: snippet -> the one to include in its place); a snippet
     that is missing or includes itself raises ValueError."""
-    source = (root / f"{name}.lua").read_text("utf-8")
+    source = _read(root, f"{name}.lua")
+    if source is None:
+        raise FileNotFoundError(f"no Lua script {name}.lua in {root}")
     return _resolve(root, source, set(), (name,), swaps or {})
+
+
+def _read(root: Traversable, relative: str) -> str | None:
+    """The text of ``<root>/<relative>``, or None if there is no such file."""
+    return _packaged(relative) if root is LUA else _text(root, relative)
+
+
+@functools.cache
+def _packaged(relative: str) -> str | None:
+    """A file of the package's own ``lua`` folder, read once: its thirty scripts and their
+    Cluster builds include the same few snippets ~350 times (~10 ms of a worker's start)."""
+    return _text(LUA, relative)
+
+
+def _text(root: Traversable, relative: str) -> str | None:
+    path = root.joinpath(*relative.split("/"))
+    return path.read_text("utf-8") if path.is_file() else None
 
 
 def _resolve(
@@ -64,12 +84,13 @@ def _resolve(
         if snippet in included:
             return f"-- ({snippet}: included above)"
         included.add(snippet)
-        path = root / "include" / f"{snippet}.lua"
-        if not path.is_file():
+        text = _read(root, f"include/{snippet}.lua")
+        if text is None:
             raise ValueError(f"{chain[-1]}.lua includes {snippet!r}, which lua/include lacks")
-        text = path.read_text("utf-8")
         return _resolve(root, text, included, (*chain, snippet), swaps).rstrip("\n")
 
+    if "-- @include" not in source:  # most snippets include none: skip scanning them
+        return source
     return _INCLUDE.sub(include, source)
 
 

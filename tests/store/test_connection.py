@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import redis.utils
 
 import aioqueue
 from aioqueue.store import connection
@@ -19,7 +20,7 @@ class OldConnection:
 
 
 def test_maintenance_handshake_is_disabled_where_redis_py_has_it() -> None:
-    options = connection._no_maintenance_handshake()
+    options = connection._handshake_options()
     if options:  # redis-py 8: the option exists and is turned off
         assert options["maint_notifications_config"].enabled is False
 
@@ -28,7 +29,26 @@ def test_no_maintenance_option_for_connections_that_lack_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(connection, "AbstractConnection", OldConnection)
-    assert connection._no_maintenance_handshake() == {}
+    assert connection._handshake_options() == {}
+
+
+@pytest.mark.real_redis("counts what redis-py's own connections do as they open")
+async def test_new_connections_do_not_read_the_package_metadata(
+    redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py 8 read its installed package's metadata for every connection it opened
+    (CLIENT SETINFO's version) unless given the version: ~2 ms each of a worker's start."""
+    if "driver_info" not in connection._handshake_options():
+        pytest.skip("this redis-py sends no version")
+
+    def read_metadata() -> str:
+        raise AssertionError("a new connection read the package metadata")
+
+    monkeypatch.setattr(redis.utils, "get_lib_version", read_metadata)
+    app = aioqueue.App(redis_url=redis_url, prefix=prefix)
+    client = await app.client()
+    assert await client.ping()
+    await app.close()
 
 
 async def test_first_uses_that_race_share_one_client(redis_url: str, prefix: str) -> None:

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from redis.asyncio import RedisCluster
+
 from . import admin, enqueues, leasing, links, mailboxes, topics
 from .replies import CODES
 
@@ -45,6 +47,14 @@ ALL_SCRIPTS = (
 
 
 async def load_all(redis: Redis) -> None:
-    """Load every script up front, so the hot path never meets NOSCRIPT."""
+    """Load every script up front, so the hot path never meets NOSCRIPT: in one round trip
+    on one server (a worker's start waits for it); on a Cluster one by one, as redis-py
+    sends each SCRIPT LOAD to every primary."""
+    if isinstance(redis, RedisCluster):
+        for script in ALL_SCRIPTS:
+            await redis.script_load(script.on(redis).source)
+        return
+    pipe = redis.pipeline(transaction=False)
     for script in ALL_SCRIPTS:
-        await redis.script_load(script.on(redis).source)
+        pipe.script_load(script.source)
+    await pipe.execute()

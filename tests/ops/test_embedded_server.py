@@ -8,8 +8,8 @@ import itertools
 
 import pytest
 
-from aioqueue.ops import embedded
 from aioqueue import ServerUnavailable
+from aioqueue.ops import embedded
 from aioqueue.ops.embedded import EmbeddedServer, server_pid
 
 

@@ -14,13 +14,12 @@ import functools
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 import orjson
-from redis.exceptions import RedisError
 
 from ..core.errors import ConfigError
 from ..core.keys import QueueKeys
 from ..core.limits import QueueLimits, make_limits
 from ..store import deadline, heartbeats, listing, reads, server, specs, stored_limits
-from ..store.connection import failure
+from ..store.connection import CALL_FAILURES, failure
 from ..store.listing import LISTED_STATES
 from ..store.scripts import admin as admin_scripts
 from .enqueue import JobOptions
@@ -75,16 +74,20 @@ def _clear_errors(
     method: Callable[Concatenate[QueueAdmin, P], Coroutine[Any, Any, R]],
 ) -> Callable[Concatenate[QueueAdmin, P], Coroutine[Any, Any, R]]:
     """A Redis failure of a queue's read or admin call raised as an aioqueue error that
-    names the server and the cause (ServerUnavailable, AuthenticationFailed, ...); the
-    call has one deadline in all, retries included (the App's ``call_timeout``)."""
+    names the server and the cause (ServerUnavailable, AuthenticationFailed, ...; a
+    connection closed under the call too); the call has one deadline in all, retries
+    included (the App's ``call_timeout``)."""
 
     @functools.wraps(method)
     async def call(self: QueueAdmin, /, *args: P.args, **kwargs: P.kwargs) -> R:
         try:
             async with deadline.within(self._host.settings.call_timeout, "call_timeout"):
                 return await method(self, *args, **kwargs)
-        except RedisError as exc:
-            raise failure(exc, self._host.redis_url or "") or exc from exc
+        except CALL_FAILURES as exc:
+            mapped = failure(exc, self._host.redis_url or "")
+            if mapped is None:
+                raise  # (a bug: as it is)
+            raise mapped from exc
 
     return call
 

@@ -313,6 +313,8 @@ class InFlight(Component):
             await self._grace(grace)
         if self.running:
             await self._cancel_the_rest(max(1.0, grace))
+        for job in self.slots.take_waiting():  # admitted meanwhile: a take's late reply
+            self._hand_back(job)
         self._env.threads.let_go()  # from now on a cancellation ends their wait
         self._env.threads.close()
         if self.running:

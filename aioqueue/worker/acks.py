@@ -65,7 +65,9 @@ class Batcher(Component):
         self._in_flight = False
         self._give_up_at = 0.0
         self._said_unacked = False  # said so (once per stop or flush)
-        self._acking = Outage(logger, f"acking jobs of {name}", self.stopping.is_set)
+        self._acking = Outage(
+            logger, f"acking jobs of {name}", self.stopping.is_set, then="kept, to be sent again"
+        )
         self._renewing = Outage(logger, f"renewing leases on {name}", self.stopping.is_set)
 
     @property

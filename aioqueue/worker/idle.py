@@ -100,7 +100,10 @@ class IdleWait:
         self._waits = Outage(logger, f"waiting for jobs on {name}", stopping.is_set)
         self._offers = Outage(logger, f"offering to take from {name}", stopping.is_set)
         self._withdrawals = Outage(
-            logger, f"withdrawing an offer on {name} (it lapses by itself)", stopping.is_set
+            logger,
+            f"withdrawing offers on {name}",
+            stopping.is_set,
+            then="they lapse by themselves",
         )
 
     async def wait(self) -> bool:

@@ -331,7 +331,7 @@ class InFlight(Component):
         (a cancellation does nothing to a thread: waiting for it would only delay the exit)."""
         stoppable = {task for task, job in self.running.items() if not self._in_thread(job)}
         if stoppable:
-            logger.warning("cancelling %d job(s) still running; back to ready", len(stoppable))
+            logger.warning("cancelling %d job(s) still running, to put them back", len(stoppable))
         self.cancel_all()
         if stoppable:
             await asyncio.wait(stoppable, timeout=timeout)

@@ -34,14 +34,19 @@ REMIND_AFTER = 60.0  # seconds between the WARNING lines of one outage
 class Outage:
     """The failures of one loop's calls (see the module's docstring). ``what`` names the
     call in a log line ("taking jobs from emails"); ``stopping`` says when the loop's
-    component is stopping."""
+    component is stopping; ``then``, what becomes of a failed call, ends the warning."""
 
-    __slots__ = ("_log", "_stopping", "_warned", "_what", "since", "told_at")
+    __slots__ = ("_log", "_stopping", "_then", "_warned", "_what", "since", "told_at")
 
     def __init__(
-        self, log: logging.Logger, what: str, stopping: Callable[[], bool] | None = None
+        self,
+        log: logging.Logger,
+        what: str,
+        stopping: Callable[[], bool] | None = None,
+        *,
+        then: str = "",
     ) -> None:
-        self._log, self._what = log, what
+        self._log, self._what, self._then = log, what, f" ({then})" if then else ""
         self._stopping = stopping
         self.since: float | None = None  # loop time of the outage's first failure
         self.told_at = 0.0  # loop time of its last line above DEBUG
@@ -63,10 +68,10 @@ class Outage:
                     self._what, cause,
                 )  # fmt: skip
             else:
-                self._log.warning("%s failed: %s", self._what, cause)
+                self._log.warning("%s failed: %s%s", self._what, cause, self._then)
         elif not expected and not self._warned:
             self.told_at, self._warned = now, True
-            self._log.warning("%s failed: %s", self._what, cause)
+            self._log.warning("%s failed: %s%s", self._what, cause, self._then)
         elif now - self.told_at >= REMIND_AFTER:
             self.told_at, self._warned = now, True
             self._log.warning(

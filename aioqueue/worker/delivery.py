@@ -59,11 +59,13 @@ class HandOff(Component):
         self.wake.set()
 
     async def _run(self) -> None:
-        while not self.stopping.is_set():
+        while True:
             await wait_event(self.wake, SWEEP_INTERVAL)
             self.wake.clear()
-            await self.deliver_once()
-        with deadline.bound(STOP_WAIT):  # what the last acks handed off
+            if self.stopping.is_set():
+                with deadline.bound(STOP_WAIT):  # (what the last acks handed off)
+                    await self.deliver_once()
+                return
             await self.deliver_once()
 
     async def pending(self) -> bool:

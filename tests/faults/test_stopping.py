@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from redis.asyncio import Redis
 
 import aioqueue
 from aioqueue.ops.embedded import EmbeddedServer
@@ -171,3 +172,32 @@ async def test_the_worker_command_stops_within_its_bound_and_says_nothing_more(
 
 async def _active(queue: aioqueue.Queue, count: int) -> bool:
     return (await queue.counts()).active == count
+
+
+async def test_closing_an_app_whose_result_listener_waits_on_a_stalled_server(
+    server: EmbeddedServer, prefix: str
+) -> None:
+    """The App's listener for finished jobs (``Job.result``) is woken at close by a
+    message on its own channel: with the server stalled, that message was retried (four
+    socket timeouts) and then waited for. Now it is not waited for (the listener looks at
+    least every second by itself), and the close returns."""
+    app, _ = _app(server, prefix)
+    plain = Redis.from_url(server.url)
+    job = await app.queue().enqueue("hold", 0)  # (no worker: it stays queued)
+    waiter = asyncio.create_task(job.result(timeout=60))
+    try:
+        await wait_until(lambda: _subscribed(plain), timeout=10)
+        waiter.cancel()
+        server.pause()
+        closing = asyncio.create_task(app.close())
+        await wait_until(lambda: now(closing.done()), timeout=10)  # (before: 25 s)
+        closing.result()
+    finally:
+        waiter.cancel()
+        server.resume()
+        await app.close()
+        await plain.aclose()
+
+
+async def _subscribed(plain: Redis) -> bool:
+    return bool(await plain.pubsub_channels())

@@ -50,7 +50,7 @@ from .core.errors import (
     UnknownTask,
 )
 from .core.handlers import Subscriber, TaskOptions
-from .core.limits import QueueLimits
+from .core.limits import QueueLimits, TenantLimits
 from .core.middleware import JobContext, current_job
 from .core.observers import JobEvent, Observer
 from .core.periodic import Periodic
@@ -62,6 +62,7 @@ from .core.records import (
     MinuteCounts,
     QueueCounts,
     ScheduledJob,
+    TenantCount,
 )
 from .worker import Worker
 
@@ -125,6 +126,8 @@ __all__ = [
     "Subscriber",
     "Task",
     "TaskOptions",
+    "TenantCount",
+    "TenantLimits",
     "TlsFailed",
     "Topic",
     "TopicInfo",

@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import asyncio
-import secrets
+import functools
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, Unpack, cast, overload
 
 from redis.exceptions import RedisError
 
+from .client.eager import Eager
 from .client.messaging import DEFAULT_MAX_MESSAGES, Group, Mailbox, channels, unread
 from .client.queue import Queue
 from .client.task import Task, TaskDecorator
@@ -16,16 +16,17 @@ from .client.topics import Topic, topic_names
 from .client.workflows import Batch
 from .core.errors import ConfigError
 from .core.handlers import Handler, Subscriber, check_subscriber
-from .core.keys import listener_wake_channel, validate_name
+from .core.keys import validate_name
 from .core.registry import Registry
 from .core.settings import APP_DEFAULTS, AppSettings, prefix_from_env
 from .store import deadline
 from .store.clients import Connector
 from .store.connection import failure
-from .store.settled import SettledListener
 from .worker import Worker
+from .worker.drain import run_eagerly
 
 if TYPE_CHECKING:
+    import asyncio
     from collections.abc import Callable, Coroutine, Iterable
     from types import TracebackType
 
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from .core.observers import Observer
     from .core.periodic import Periodic
     from .core.registry import Schedule
+    from .store.settled import SettledListener
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -50,7 +52,8 @@ class App:
     Constructing an App touches nothing: Redis is reached on first use. ``redis_url``
     may name one server (``redis://``, ``rediss://``, ``unix://``), a Cluster
     (``redis+cluster://host:port,host:port``) or a Sentinel-managed master
-    (``redis+sentinel://host:port,host:port/SERVICE``); or hand it a client of your own
+    (``redis+sentinel://host:port,host:port/SERVICE``), or an in-process server for tests
+    (``memory://``: ``aioqueue.testing``); or hand it a client of your own
     (``client=``: a ``redis.asyncio.Redis`` or ``RedisCluster``, e.g. for a managed
     service with its own discovery), which the App uses but does not close. A client is
     bound to one event loop, so an App given one lives on that loop.
@@ -108,7 +111,7 @@ class App:
         )
         self._queues: dict[str, Queue] = {}
         self._connector = Connector(self.settings, client)
-        self._settled: SettledListener | None = None
+        self.eager_mode = Eager(self._connector, functools.partial(run_eagerly, self))
 
     # -- tasks -------------------------------------------------------------------------
 
@@ -307,6 +310,13 @@ class App:
         """A Worker for this app; see ``Worker`` for the options."""
         return Worker(self, **options)
 
+    def eager(self) -> Eager:
+        """For the tests of code that enqueues: within ``with app.eager():`` an enqueue
+        returns once its job (and what it enqueued) has run in this process, on an
+        in-process server of its own, after the same JSON round trip
+        (``aioqueue.client.eager``; ``pip install 'aioqueue[testing]'``)."""
+        return self.eager_mode
+
     # -- Redis ---------------------------------------------------------------------------
 
     @property
@@ -342,17 +352,10 @@ class App:
 
     def settled_listener(self) -> SettledListener:
         """What ``Job.result()`` waits on: one subscription per App and event loop."""
-        loop = asyncio.get_running_loop()
-        if self._settled is None or self._settled.loop is not loop:
-            wake = listener_wake_channel(self.settings.prefix, secrets.token_hex(8))
-            self._settled = SettledListener(self.internal_client, wake)
-        return self._settled
+        return self._connector.settled_listener(self.settings.prefix)
 
     async def close(self) -> None:
         """Close the Redis clients (and their connections)."""
-        settled, self._settled = self._settled, None
-        if settled is not None and settled.loop is asyncio.get_running_loop():
-            await settled.close()
         await self._connector.close()
 
     async def __aenter__(self) -> App:

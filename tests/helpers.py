@@ -10,7 +10,10 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from redis.asyncio import Redis
+
 import aioqueue
+from aioqueue.store.memory import memory_client
 
 
 async def wait_until(
@@ -23,6 +26,11 @@ async def wait_until(
         if loop.time() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         await asyncio.sleep(interval)
+
+
+def plain_client(url: str) -> Redis:
+    """A plain client of ``url``: ``Redis.from_url``, or the in-process server's."""
+    return memory_client(url) if url.startswith("memory:") else Redis.from_url(url)
 
 
 async def run_until_idle(app: aioqueue.App, **options: Any) -> aioqueue.Worker:

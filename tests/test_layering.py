@@ -1,12 +1,13 @@
 """Dependencies inside aioqueue point one way, and the folders are the layers.
 
-    core  <-  store  <-  client | worker  <-  app  <-  web  <-  ops  <-  __init__, __main__
+    core <- store <- client | worker <- app <- web <- ops <- testing <- __init__, __main__
 
 A module's layer is its folder (``aioqueue/<folder>/...``; ``app.py``, ``__init__.py`` and
 ``__main__.py`` at the top are layers of their own). A module may import modules of its
 own folder or of a lower layer, never a higher one; ``client`` and ``worker`` are siblings
 that never import each other. ``web`` (the dashboard, an ASGI app) sits below ``ops`` (the
-command line, which serves it). Every
+command line, which serves it); ``testing`` (the kit and its pytest plugin, which may start
+a server with ``ops``) sits above them all but the package's face. Every
 import counts: under ``if TYPE_CHECKING:`` or inside a function as much as at the top, so
 a type hint cannot hide a dependency. Only the store talks Lua to Redis.
 """
@@ -30,6 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("app",),
     ("web",),
     ("ops",),
+    ("testing",),
     ("__init__", "__main__"),
 )
 """The layers, lowest first; the folders of one layer never import each other (the order

@@ -4,29 +4,29 @@
 one class whose reads and admin calls live here, apart from the hot path. Each call is one
 script (``store.scripts``) or one typed read (``store.reads``, ``store.heartbeats``,
 ``store.specs``, ``store.server``); a Redis failure reaches the caller as an aioqueue
-error naming the server (``_clear_errors``). The dashboard (``web/``) and the command
+error naming the server (``host.clear_errors``). The dashboard (``web/``) and the command
 line (``ops/``) see a queue through these methods only, never ``store/`` itself.
 """
 
 from __future__ import annotations
 
-import functools
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from ..core.errors import ConfigError
 from ..core.keys import QueueKeys
 from ..core.limits import QueueLimits, make_limits
-from ..store import deadline, heartbeats, listing, reads, server, specs, stored_limits
-from ..store.connection import CALL_FAILURES, failure
+from ..store import heartbeats, listing, reads, server, specs, stored_limits
 from ..store.listing import LISTED_STATES
 from ..store.scripts import admin as admin_scripts
 from .enqueue import JobOptions
+from .host import clear_errors
+from .tenants import TenantAdmin
 
 if TYPE_CHECKING:
     import asyncio
-    from collections.abc import Awaitable, Callable, Coroutine, Sequence
+    from collections.abc import Awaitable, Callable, Sequence
     from contextlib import AbstractAsyncContextManager
     from datetime import datetime, timedelta
 
@@ -41,60 +41,15 @@ if TYPE_CHECKING:
         QueueCounts,
         ScheduledJob,
     )
-    from ..core.registry import Registry
-    from ..core.settings import AppSettings
     from ..store.listing import ListedState
     from ..store.server import Eviction
-    from ..store.settled import SettledListener
-
-P = ParamSpec("P")
-R = TypeVar("R")
+    from .host import QueueHost
 
 
-class QueueHost(Protocol):
-    """What a Queue needs from its App."""
-
-    @property
-    def settings(self) -> AppSettings: ...
-
-    @property
-    def redis_url(self) -> str | None: ...
-
-    async def client(self) -> Redis: ...
-
-    async def internal_client(self) -> Redis: ...
-
-    def settled_listener(self) -> SettledListener: ...
-
-    @property
-    def registry(self) -> Registry: ...
-
-
-def _clear_errors(
-    method: Callable[Concatenate[QueueAdmin, P], Coroutine[Any, Any, R]],
-) -> Callable[Concatenate[QueueAdmin, P], Coroutine[Any, Any, R]]:
-    """A Redis failure of a queue's read or admin call raised as an aioqueue error that
-    names the server and the cause (ServerUnavailable, AuthenticationFailed, ...; a
-    connection closed under the call too); the call has one deadline in all, retries
-    included (the App's ``call_timeout``)."""
-
-    @functools.wraps(method)
-    async def call(self: QueueAdmin, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            async with deadline.within(self._host.settings.call_timeout, "call_timeout"):
-                return await method(self, *args, **kwargs)
-        except CALL_FAILURES as exc:
-            mapped = failure(exc, self._host.redis_url or "")
-            if mapped is None:
-                raise  # (a bug: as it is)
-            raise mapped from exc
-
-    return call
-
-
-class QueueAdmin:
+class QueueAdmin(TenantAdmin):
     """One named queue, seen from outside: its jobs, counts, history, limits, pause,
-    periodic specs, workers and dead letters (``Queue`` adds enqueueing)."""
+    periodic specs, workers and dead letters, and its tenants (``TenantAdmin``); ``Queue``
+    adds enqueueing."""
 
     def __init__(self, host: QueueHost, name: str) -> None:
         self._host = host
@@ -103,19 +58,19 @@ class QueueAdmin:
 
     # -- one job -----------------------------------------------------------------------
 
-    @_clear_errors
+    @clear_errors
     async def info(self, job_id: str) -> JobInfo | None:
         """The job's record, or None if there is none (never enqueued, or expired)."""
         redis, span_ms = await self._host.client(), self._host.settings.idempotency_ttl_ms
         return await reads.job_info(redis, self.keys, job_id, span_ms=span_ms)
 
-    @_clear_errors
+    @clear_errors
     async def status(self, job_id: str) -> JobStatus | None:
         """The job's status, or None if there is no record (one small read)."""
         redis, span_ms = await self._host.client(), self._host.settings.idempotency_ttl_ms
         return await reads.job_status(redis, self.keys, job_id, span_ms=span_ms)
 
-    @_clear_errors
+    @clear_errors
     async def progress(self, job_id: str) -> Any:
         """What the job last reported with ``current_job().set_progress()`` (or None)."""
         raw = await reads.progress(await self._host.client(), self.keys, job_id)
@@ -125,7 +80,7 @@ class QueueAdmin:
         """An event set whenever the job may have finished (see ``Job.result``)."""
         return self._host.settled_listener().waiting(self.keys.settled_channel, job_id)
 
-    @_clear_errors
+    @clear_errors
     async def cancel(self, job_id: str) -> bool:
         """Cancel a job: a queued or scheduled one never runs; a running one is aborted
         (its asyncio task is cancelled on whichever worker runs it, and it ends as
@@ -139,7 +94,7 @@ class QueueAdmin:
         )
         return outcome in ("cancelled", "aborting")
 
-    @_clear_errors
+    @clear_errors
     async def reschedule(
         self, job_id: str, *, delay: float | timedelta | None = None, at: datetime | None = None
     ) -> bool:
@@ -153,13 +108,13 @@ class QueueAdmin:
 
     # -- the queue as a whole -----------------------------------------------------------
 
-    @_clear_errors
+    @clear_errors
     async def scheduled(self, *, limit: int = 100, offset: int = 0) -> list[ScheduledJob]:
         """Scheduled jobs in due order (O(log n + limit), no scan of the schedule)."""
         redis = await self._host.client()
         return await reads.scheduled(redis, self.keys, limit=limit, offset=offset)
 
-    @_clear_errors
+    @clear_errors
     async def jobs(
         self,
         state: ListedState = "ready",
@@ -176,7 +131,7 @@ class QueueAdmin:
         trips; a page picked by what its jobs are walks its list (``find_jobs``)."""
         return list((await self.find_jobs(state, limit=limit, offset=offset, task=task)).jobs)
 
-    @_clear_errors
+    @clear_errors
     async def find_jobs(
         self,
         state: ListedState = "ready",
@@ -199,7 +154,7 @@ class QueueAdmin:
             redis, self.keys, state, task=task, limit=limit, offset=offset, scan=scan
         )
 
-    @_clear_errors
+    @clear_errors
     async def history(self, *, minutes: int = 60) -> list[MinuteCounts]:
         """How many attempts ended in each outcome, per minute, for the last ``minutes``
         (kept for ``App(history=...)`` seconds, a day by default), oldest first."""
@@ -207,24 +162,24 @@ class QueueAdmin:
             raise ConfigError("minutes must be at least 1")
         return await reads.history(await self._host.client(), self.keys, minutes=minutes)
 
-    @_clear_errors
+    @clear_errors
     async def pause(self) -> bool:
         """Stop every worker taking jobs of this queue (the state lives in Redis, so all
         obey it, and workers started later too). Running jobs finish; enqueues go on
         and wait; delayed jobs still fall due (into ready). False if it was paused."""
         return bool(await (await self._host.client()).set(self.keys.paused, 1, nx=True))
 
-    @_clear_errors
+    @clear_errors
     async def resume(self) -> bool:
         """End a pause: workers take again at once. False if it was not paused."""
         return await admin_scripts.resume(await self._host.client(), self.keys)
 
-    @_clear_errors
+    @clear_errors
     async def paused(self) -> bool:
         """Whether the queue is paused."""
         return bool(await (await self._host.client()).exists(self.keys.paused))
 
-    @_clear_errors
+    @clear_errors
     async def set_limits(
         self, *, rate: str | None = None, burst: int = 1, concurrency: int | None = None
     ) -> QueueLimits:
@@ -239,18 +194,21 @@ class QueueAdmin:
         await stored_limits.write(await self._host.client(), self.keys, limits)
         return limits
 
-    @_clear_errors
+    @clear_errors
     async def limits(self) -> QueueLimits:
         """The queue's limits (``set_limits``); fields are None where there is none."""
         return await stored_limits.read(await self._host.client(), self.keys)
 
-    @_clear_errors
-    async def counts(self) -> QueueCounts:
+    @clear_errors
+    async def counts(self, *, top_tenants: int = 10) -> QueueCounts:
         """How many jobs are ready, scheduled, active and dead, and whether the queue is
-        paused (one round trip)."""
-        return await reads.counts(await self._host.client(), self.keys)
+        paused (one round trip); how many tenants have jobs ready, and the ``top_tenants``
+        with the most (one more round trip, if any has)."""
+        if top_tenants < 0:
+            raise ConfigError("top_tenants must not be negative")
+        return await reads.counts(await self._host.client(), self.keys, top_tenants=top_tenants)
 
-    @_clear_errors
+    @clear_errors
     async def reconcile(self, *, batch: int = 500) -> int:
         """Put back jobs whose entry vanished while their record stayed (a server that
         evicted keys: see ``aioqueue check``): a queued job missing from its ready list is
@@ -265,7 +223,7 @@ class QueueAdmin:
 
     # -- the workers and the server -----------------------------------------------------
 
-    @_clear_errors
+    @clear_errors
     async def workers(self) -> list[dict[str, Any]]:
         """Workers serving this queue whose heartbeat is fresh (id, host, pid, queues,
         concurrency, running, started_at, beat_at); expired ids are pruned."""
@@ -279,7 +237,7 @@ class QueueAdmin:
         found = (heartbeats.mixed_task_sets(workers), heartbeats.mixed_windows(workers))
         return [warning for warning in found if warning is not None]
 
-    @_clear_errors
+    @clear_errors
     async def eviction(self) -> Eviction:
         """The Redis server's eviction policy and how many keys it has evicted (through
         the app's client): ``.unsafe`` if a full server may delete queue keys,
@@ -289,24 +247,24 @@ class QueueAdmin:
 
     # -- periodic jobs -----------------------------------------------------------------
 
-    @_clear_errors
+    @clear_errors
     async def periodic_specs(self) -> list[Periodic]:
         """The periodic jobs of this queue, as the workers see them."""
         return await specs.load(await self._host.client(), self.keys)
 
-    @_clear_errors
+    @clear_errors
     async def add_periodic(self, spec: Periodic) -> None:
         """Store a periodic spec and wake a scheduler to look at it."""
         await specs.add(await self._host.client(), self.keys, spec)
 
-    @_clear_errors
+    @clear_errors
     async def remove_periodic(self, name: str) -> bool:
         """Remove a periodic spec; True if there was one."""
         return await specs.remove(await self._host.client(), self.keys, name)
 
     # -- dead letters ----------------------------------------------------------------
 
-    @_clear_errors
+    @clear_errors
     async def dead_jobs(self, *, limit: int = 100, offset: int = 0) -> list[JobInfo]:
         """Dead jobs, oldest first, with their errors and raw bytes."""
         redis = await self._host.client()
@@ -325,7 +283,7 @@ class QueueAdmin:
             and (error_type is None or (info.error is not None and info.error.type == error_type))
         ]
 
-    @_clear_errors
+    @clear_errors
     async def requeue_dead(
         self,
         job_ids: Sequence[str] = (),
@@ -342,7 +300,7 @@ class QueueAdmin:
 
         return await self._on_dead(requeue, job_ids, task, error_type, limit)
 
-    @_clear_errors
+    @clear_errors
     async def purge_dead(
         self,
         job_ids: Sequence[str] = (),

@@ -17,6 +17,7 @@ from ..core.errors import ConfigError, InvalidArguments
 from ..core.handlers import Handler
 from ..core.ids import GENERATED_ID_ALPHABET
 from ..core.lifecycle import NewJob
+from ..core.limits import check_tenant
 from ..core.payload import encode_payload
 from ..core.priorities import DEFAULT_PRIORITY, resolve_priority
 from ..core.settings import check_timeout
@@ -39,7 +40,8 @@ class JobOptions:
     to MAX_DELAY (seconds or a timedelta) or ``at`` an aware datetime at most that far
     ahead (not both), ``expires`` positive, ``debounce`` positive, at most MAX_DELAY and
     only with an ``id`` (its key) and no ``delay`` or ``at`` (the window is the delay),
-    ``group`` a non-empty str of at most 200 characters.
+    ``group`` a non-empty str of at most 200 characters, ``tenant`` a str of 1-200 bytes,
+    not only whitespace (neither with ``debounce``).
     """
 
     id: str | None = None
@@ -52,6 +54,7 @@ class JobOptions:
     expires: float | timedelta | None = None  # not started this long after due: it expires
     debounce: float | timedelta | None = None  # one run, this long after the last call
     group: str | None = None  # jobs of one group run one at a time, in enqueue order
+    tenant: str | None = None  # tenants with ready jobs are served in turn (include/fair.lua)
 
     def __post_init__(self) -> None:
         if self.id is not None:
@@ -79,6 +82,15 @@ class JobOptions:
             check_group(self.group)
             if self.debounce is not None:
                 raise ConfigError("options: a debounced call cannot have a group")
+        if self.tenant is not None:
+            check_tenant(self.tenant)
+            if self.debounce is not None:
+                raise ConfigError("options: a debounced call cannot have a tenant")
+
+    @property
+    def linked(self) -> bool:
+        """Written by enqueue_linked.lua (a group or a tenant), not the enqueue batcher."""
+        return self.group is not None or self.tenant is not None
 
     def debounce_ms(self) -> int | None:
         if self.debounce is None:

@@ -6,7 +6,8 @@ An enqueue is checked and encoded here (``enqueue.prepare``: bad input raises, n
 written), shown to the observers (only when there are some), then written: plain jobs
 through the queue's ``EnqueueBatcher`` (``store.batching``: concurrent enqueues share one
 script call per round trip), a debounced call by ``debounce.lua``, jobs of a group and of
-workflows (``client/workflows.py``) by ``enqueue_linked.lua``. A Redis failure raises an
+workflows (``client/workflows.py``), and of tenants, by ``enqueue_linked.lua``. A Redis
+failure raises an
 aioqueue error that says whether the jobs may have landed (``_failure``).
 """
 
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 
     from ..core.handlers import Handler
     from ..core.lifecycle import Enqueued, NewJob
-    from .admin import QueueHost
+    from .host import QueueHost
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +72,7 @@ class EnqueueCall(Generic[R]):
         expires: float | timedelta | None = None,
         debounce: float | timedelta | None = None,
         group: str | None = None,
+        tenant: str | None = None,
     ) -> EnqueueCall[R]:
         """Set per-call options: job id (deduplication), priority, delay or time, timeout,
         how many replicas must have the job before the enqueue returns (WAIT), and
@@ -81,7 +83,9 @@ class EnqueueCall(Generic[R]):
         one group run one at a time, in enqueue order (a job waits, ``waiting``, while an
         earlier one of its group is queued, scheduled or running; the next one goes once
         it has finished for good: complete, dead, failed, cancelled or expired; a retry
-        keeps its place), different groups in parallel."""
+        keeps its place), different groups in parallel; ``tenant``: the job waits in its
+        tenant's own queue, and within a priority the tenants with ready jobs take turns
+        (``set_weights``, ``set_tenant_limits``), FIFO within each."""
         current = self._options
         options = JobOptions(
             id=current.id if id is None else id,
@@ -94,6 +98,7 @@ class EnqueueCall(Generic[R]):
             expires=current.expires if expires is None else expires,
             debounce=current.debounce if debounce is None else debounce,
             group=current.group if group is None else group,
+            tenant=current.tenant if tenant is None else tenant,
         )
         return EnqueueCall(self._queue, self._task, self._args, self._kwargs, options)
 
@@ -151,16 +156,17 @@ class Queue(QueueAdmin):
             observed = stack if self._host.registry.observers else None
             new = [call._prepare_for(self, observed) for call in calls]
             try:
-                if any(call._options.group is not None for call in calls):
-                    groups = [call._options.group or "" for call in calls]
+                if any(call._options.linked for call in calls):
                     results = await self._write_linked(
-                        [LinkedJob(job, group) for job, group in zip(new, groups, strict=True)]
+                        [_linked(job, call._options) for job, call in zip(new, calls, strict=True)]
                     )
                 else:
                     async with self._deadline():
                         results = await self._batcher.submit_many(new)
             except CALL_FAILURES as exc:
                 raise self._failure(exc, [job.id for job in new]) from exc
+        if self._host.eager_mode.on:
+            await self._host.eager_mode.run()
         return [Job(self, job.id, created=r.created) for job, r in zip(new, results, strict=True)]
 
     def job(self, job_id: str) -> Job[Any]:
@@ -177,15 +183,19 @@ class Queue(QueueAdmin):
         write: Callable[[NewJob], Coroutine[Any, Any, Job[Any]]]
         if options.debounce is not None:
             write = functools.partial(self._debounce, options)
-        elif options.group is not None:
-            write = functools.partial(self._write_grouped, options.group)
+        elif options.linked:
+            write = functools.partial(self._write_grouped, options)
         else:
             write = self._write
         if self._host.registry.observers:
             with contextlib.ExitStack() as stack:
                 headers = self._observe(stack, task)
-                return await write(self._prepare(task, args, kwargs, options, headers))
-        return await write(self._prepare(task, args, kwargs, options))
+                job = await write(self._prepare(task, args, kwargs, options, headers))
+        else:
+            job = await write(self._prepare(task, args, kwargs, options))
+        if self._host.eager_mode.on:  # (tests: run it before returning, ``App.eager``)
+            await self._host.eager_mode.run()
+        return job
 
     async def _debounce(self, options: JobOptions, new: NewJob) -> Job[Any]:
         """A debounced call: the pending run of its key takes these arguments and starts
@@ -201,9 +211,9 @@ class Queue(QueueAdmin):
             raise self._failure(exc, [key]) from exc
         return Job(self, job_id, created=state == "scheduled")
 
-    async def _write_grouped(self, group: str, new: NewJob) -> Job[Any]:
+    async def _write_grouped(self, options: JobOptions, new: NewJob) -> Job[Any]:
         try:
-            [result] = await self._write_linked([LinkedJob(new, group)])
+            [result] = await self._write_linked([_linked(new, options)])
         except CALL_FAILURES as exc:
             raise self._failure(exc, [new.id]) from exc
         return Job(self, new.id, created=result.created)
@@ -270,3 +280,8 @@ class Queue(QueueAdmin):
             max_payload_bytes=self._host.settings.max_payload_bytes,
             replicas=self._host.settings.replicas,
         )  # fmt: skip
+
+
+def _linked(job: NewJob, options: JobOptions) -> LinkedJob:
+    """A job of a group or of a tenant, for enqueue_linked.lua."""
+    return LinkedJob(job, options.group or "", tenant=options.tenant or "")

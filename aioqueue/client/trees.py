@@ -71,6 +71,7 @@ class JobTree:
         linked = LinkedJob(
             new, options.group or "", parent_id, index, spec,
             "" if parent_queue is queue else parent_queue.name, remote_children,
+            options.tenant or "",
         )  # fmt: skip
         self.jobs.append((queue, linked))
         return new

@@ -219,6 +219,7 @@ async def _submit(root: Flow[R]) -> Workflow[R]:
     with contextlib.ExitStack() as stack:
         root_id = _add_flow(tree, root, stack if queue._host.registry.observers else None)
         created = await tree.write()
+    await queue._host.eager_mode.run()  # (tests: ``App.eager``; else nothing)
     return Workflow(queue, Job(queue, root_id, created=created))
 
 
@@ -319,6 +320,7 @@ class Batch:
                 )
             await tree.write()
         self._written = True
+        await queue._host.eager_mode.run()  # (tests: ``App.eager``; else nothing)
 
     @property
     def job(self) -> Job[dict[str, int]]:

@@ -25,6 +25,9 @@ Roles:
   paused      STRING set while the queue is paused: take.lua leases nothing
   limits      HASH  flow control: c (most jobs leased at once), i (ms between starts), b (burst)
   rate        STRING the rate limit's theoretical arrival time (µs), kept by take.lua
+  tenants     ZSET  tenant -> its queued jobs; and the prefix of its fair keys, ``tenants:``
+              ready, ring:<p>, jobs:<p>:<tenant>, turn, running, held, due, rate:<tenant>,
+              weights, limits (``tenant_key``; lua/include/fair.lua says what each holds)
   debounce    HASH  debounce key -> id of its latest run (debounce.lua)
   groups      HASH  group -> id of the job that holds it: the one job of the group that is
               queued, scheduled or running (lua/include/links.lua)
@@ -67,8 +70,13 @@ prefix: ``<prefix>:channels`` SET of "mailbox:<name>" and "group:<name>" (for ``
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from .errors import ConfigError
+
+TenantRole = Literal[
+    "ready", "ring", "jobs", "turn", "running", "held", "due", "rate", "weights", "limits"
+]
 
 PRIORITY_LEVELS = 10
 """Priorities are 0..9; a higher number runs first."""
@@ -191,6 +199,16 @@ class QueueKeys:
     def rate(self) -> str:
         """STRING: the rate limit's theoretical arrival time (take.lua's GCRA)."""
         return f"{self.base}:rate"
+
+    @property
+    def tenants(self) -> str:
+        """ZSET: tenant -> its queued jobs; the prefix of the fair keys (``tenant_key``)."""
+        return f"{self.base}:tenants"
+
+    def tenant_key(self, role: TenantRole, *parts: int | str) -> str:
+        """A key of the queue's tenants, as lua/include/fair.lua names it:
+        ``tenant_key("running")``, ``tenant_key("ring", 5)``, ``tenant_key("jobs", 5, t)``."""
+        return ":".join((self.tenants, role, *map(str, parts)))
 
     @property
     def abort_channel(self) -> str:

@@ -30,7 +30,7 @@ class NewJob(NamedTuple):
 
 
 class LinkedJob(NamedTuple):
-    """A job for enqueue_linked.lua: one of a group, or of a workflow."""
+    """A job for enqueue_linked.lua: one of a group, of a workflow, or of a tenant."""
 
     job: NewJob
     group: str = ""
@@ -39,6 +39,7 @@ class LinkedJob(NamedTuple):
     parent: str = ""  # if it is a parent: its policy ('f' or 'i') and '1' to keep inputs
     parent_queue: str = ""  # its parents' queue, if not its own (outcome handed off there)
     remote_children: int = 0  # if it is a parent: how many of its children are elsewhere
+    tenant: str = ""  # its tenant (``.options(tenant=...)``: served fairly among tenants)
 
 
 class HandedOff(NamedTuple):

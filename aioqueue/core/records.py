@@ -9,6 +9,7 @@ Job record fields (``job:<id>`` HASH; short, because every queued job carries th
   ft finished at (ms)    r  result (JSON)        e  error (JSON)       raw foreign bytes
   ab abort requested (1)  qt made ready at (ms; absent: et)  pg progress (JSON)
   t  task name (a complete record that dropped its payload: ack.lua keeps the name)
+  tn tenant (``.options(tenant=...)``: lua/include/fair.lua)
 Linked jobs only (lua/include/links.lua): g group; du due (ms) once its turn comes; pa
   its parents' ids; pi its index among their children; and a parent's pd children
   pending, pt children in all, ok/ko children complete/failed, pk policy (f|i), pv keeps
@@ -61,6 +62,7 @@ class Field:
     CHILDREN_COMPLETE = b"ok"
     CHILDREN_FAILED = b"ko"
     UNSEALED = b"pu"
+    TENANT = b"tn"
 
 
 class JobStatus(StrEnum):
@@ -145,6 +147,7 @@ class JobInfo:
     progress_raw: bytes | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     group: str | None = None  # ``.options(group=...)``
+    tenant: str | None = None  # ``.options(tenant=...)``
     parents: str | None = None  # a workflow's child: its parents' ids (space-separated)
     parent_queue: str | None = None  # their queue, if not the job's own
     children: ChildCounts | None = None  # a workflow's parent (or a batch)
@@ -192,6 +195,7 @@ class JobInfo:
             progress_raw=record.get(Field.PROGRESS),
             headers=payload.headers if payload else {},
             group=_text(record.get(Field.GROUP)),
+            tenant=_text(record.get(Field.TENANT)),
             parents=_text(record.get(Field.PARENTS)),
             parent_queue=_text(record.get(Field.PARENT_QUEUE)),
             children=ChildCounts.from_record(record),
@@ -342,6 +346,21 @@ class QueueCounts:
     waiting: int = 0  # behind their group, or for their children (groups, workflows)
     # complete jobs listed: the newest that keep a record (a result), at most 1,000
     complete: int = field(default=0, compare=False)
+    tenants: int = field(default=0, compare=False)  # tenants with ready jobs
+    tenants_held: int = field(default=0, compare=False)  # of them, held back by their limits
+    # those with the most ready jobs, most first (``Queue.counts(top_tenants=...)``)
+    top_tenants: Sequence[TenantCount] = field(default=(), compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class TenantCount:
+    """One tenant's jobs: ready (queued), running (leased), and whether its limits hold
+    it back now (``Queue.set_tenant_limits``)."""
+
+    name: str
+    ready: int
+    running: int = 0
+    held: bool = False
 
 
 @dataclass(frozen=True, slots=True)

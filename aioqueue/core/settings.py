@@ -16,6 +16,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from .errors import ConfigError
 from .keys import validate_name
+from .memory import MEMORY_SCHEME, memory_server_name
 from .priorities import PriorityMode, planner
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def _check_seconds(name: str, value: object) -> None:
 
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
-URL_SCHEMES = ("redis", "rediss", "unix", *CLUSTER_SCHEMES, *SENTINEL_SCHEMES)
+URL_SCHEMES = ("redis", "rediss", "unix", *CLUSTER_SCHEMES, *SENTINEL_SCHEMES, MEMORY_SCHEME)
 
 
 def mask_url(url: str) -> str:
@@ -80,6 +81,8 @@ def check_redis_url(url: str) -> str:
             cluster_nodes(url)
         elif parts.scheme in SENTINEL_SCHEMES:
             sentinel_service(url)
+        elif parts.scheme == MEMORY_SCHEME:  # in-process, for tests (core/memory.py)
+            memory_server_name(url)
         else:
             parts.port  # noqa: B018 - parses the port: raises ValueError if not a number
             _check_db(parts.path if parts.scheme != "unix" else "", parts.query)

@@ -26,7 +26,7 @@ from ..core import __version__
 from ..core.errors import AioqueueError, ConfigError, describe
 from ..core.settings import ENV_REDIS_URL, WORKER_DEFAULTS, mask_url
 from . import logs
-from .commands import run_check, run_info, run_jobs, run_queue, run_reconcile
+from .commands import refuse_in_process, run_check, run_info, run_jobs, run_queue, run_reconcile
 from .job_commands import run_dead, run_job
 from .serve import run_dashboard, run_worker
 
@@ -325,6 +325,7 @@ def _run(args: argparse.Namespace) -> int:
         app = load_app(args.target)
         if args.redis_url:
             app.set_redis_url(args.redis_url)
+        refuse_in_process(app)
         if args.command == "worker":
             return run_worker(app, args)
         return asyncio.run(_one_shot(app, args))

@@ -15,6 +15,7 @@ from rich.console import Group
 from rich.live import Live
 
 from ..core.errors import ConfigError, ServerUnavailable
+from ..core.memory import MEMORY_SCHEME
 from ..core.settings import ENV_REDIS_URL, mask_url
 from .tables import (
     WHEN,
@@ -23,6 +24,7 @@ from .tables import (
     console,
     info_table,
     jobs_table,
+    tenants_table,
     topics_table,
 )
 
@@ -42,6 +44,17 @@ def say(line: str) -> None:
 def need_url(app: App, command: str) -> None:
     if not app.redis_url:
         raise ConfigError(f"{command} needs a Redis URL (--redis-url or {ENV_REDIS_URL})")
+
+
+def refuse_in_process(app: App) -> None:
+    """A memory:// server lives inside the process that uses it (tests): a command, a
+    process of its own, would see an empty one of its own and act on nothing."""
+    url = app.redis_url or ""
+    if url.partition("://")[0] == MEMORY_SCHEME:
+        raise ConfigError(
+            f"{url} is an in-process server for tests: the command line, a process of its "
+            f"own, cannot reach it; give it a Redis URL (--redis-url or {ENV_REDIS_URL})"
+        )
 
 
 async def run_check(app: App, args: argparse.Namespace) -> int:
@@ -111,7 +124,10 @@ async def run_info(app: App, args: argparse.Namespace) -> int:
 
 
 async def _info(app: App, names: list[str]) -> RenderableType:
-    tables: list[RenderableType] = [info_table(await _snapshots(app, names))]
+    snapshots = await _snapshots(app, names)
+    tables: list[RenderableType] = [info_table(snapshots)]
+    if tenants := tenants_table(snapshots):
+        tables.append(tenants)
     if channels := await _channels(app):
         tables.append(channels_table(channels))
     if topics := await app.topics():

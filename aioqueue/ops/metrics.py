@@ -18,6 +18,9 @@ jobs_in_flight          gauge      queue                 started and not ended, 
 enqueued_total          counter    queue, task           enqueues written by this process
 worker_up               gauge                            1 while a worker runs here
 queue_jobs              gauge      queue, state          depths, read when scraped
+queue_tenants           gauge      queue                 tenants with jobs ready, likewise
+tenant_jobs             gauge      queue, tenant, state  opt-in (``tenants=N``): the N
+                                                         tenants with the most jobs ready
 scrape_errors_total     counter                          depth reads that failed
 ======================  =========  ====================  ==================================
 
@@ -25,7 +28,9 @@ scrape_errors_total     counter                          depth reads that failed
 of a task made with ``dead_letter=False``), cancelled, released (handed back by a stopping
 worker; it runs again). ``state``: ready, scheduled, active, dead, as ``queue.counts()``.
 ``task`` is a task registered in the app, else ``(unregistered)``: names come from job
-payloads, which anyone with access to Redis writes, and must not grow the label set.
+payloads, which anyone with access to Redis writes, and must not grow the label set; for
+the same reason no metric has a ``tenant`` label unless asked (``instrument(app,
+tenants=N)``: at most N tenants per queue, ``state`` ready or running).
 
 Cost: prometheus-client's own metric objects take a lock per value and scan buckets
 linearly: ~10 µs a job, where a worker spends 50-70 µs on a no-op job. Here the job
@@ -107,6 +112,7 @@ class Metrics(QueueDepths, Observer):
         prefix: str,
         buckets: Sequence[float],
         depth_timeout: float,
+        tenants: int = 0,
     ) -> None:
         bounds = sorted(float(bound) for bound in buckets)
         if not _NAME.match(prefix or "_"):
@@ -115,7 +121,9 @@ class Metrics(QueueDepths, Observer):
             raise ConfigError("buckets must be distinct finite bounds (+Inf is implied)")
         if depth_timeout <= 0:
             raise ConfigError("depth_timeout must be > 0")
-        super().__init__(app, queues, depth_timeout)
+        if isinstance(tenants, bool) or not isinstance(tenants, int) or tenants < 0:
+            raise ConfigError(f"tenants must be an int >= 0 (tenants labelled), not {tenants!r}")
+        super().__init__(app, queues, depth_timeout, tenants)
         self.registry = registry
         self.prefix = prefix
         self._bounds = bounds
@@ -228,6 +236,10 @@ class Metrics(QueueDepths, Observer):
         for queue, queue_counts in depths.items():
             for state in DEPTH_STATES:
                 f.depths.add_metric([queue, state], getattr(queue_counts, state))
+            f.tenants.add_metric([queue], queue_counts.tenants)
+            for tenant in queue_counts.top_tenants[: self.tenants]:
+                f.tenant_jobs.add_metric([queue, tenant.name, "ready"], tenant.ready)
+                f.tenant_jobs.add_metric([queue, tenant.name, "running"], tenant.running)
         f.scrape_errors.add_metric([], errors)
         return list(f)
 
@@ -240,17 +252,20 @@ def instrument(
     prefix: str = "aioqueue_",
     buckets: Sequence[float] = DEFAULT_BUCKETS,
     depth_timeout: float = 1.0,
+    tenants: int = 0,
 ) -> Metrics:
     """Export ``app``'s metrics: observe its enqueues and its workers' jobs (call it
     before a worker starts), and register the collector in ``registry`` (default: a new
     ``CollectorRegistry``; an embedding app passes its own, e.g. prometheus-client's
     ``REGISTRY``). Depths are read for ``queues``, default ``app.queue_names()`` (pass a
-    worker's ``--queue`` list). Raises ConfigError if the app has a Metrics already."""
+    worker's ``--queue`` list). ``tenants``: export ``tenant_jobs`` for the ``tenants``
+    tenants of each queue with the most jobs ready (none by default: a label per tenant
+    may be many). Raises ConfigError if the app has a Metrics already."""
     if any(isinstance(observer, Metrics) for observer in app.registry.observers):
         raise ConfigError("instrument(app): this app has metrics already")
     metrics = Metrics(
         app, CollectorRegistry() if registry is None else registry, queues=queues,
-        prefix=prefix, buckets=buckets, depth_timeout=depth_timeout,
+        prefix=prefix, buckets=buckets, depth_timeout=depth_timeout, tenants=tenants,
     )  # fmt: skip
     metrics.registry.register(metrics)  # raises ValueError on a name taken there
     app.add_observer(metrics)

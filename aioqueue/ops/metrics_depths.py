@@ -35,8 +35,11 @@ class QueueDepths:
     """Reads the counts of an app's queues (``queues``, default ``app.queue_names()``)
     for scrapes made on any thread; counts the reads that failed."""
 
-    def __init__(self, app: App, queues: Sequence[str] | None, depth_timeout: float) -> None:
+    def __init__(
+        self, app: App, queues: Sequence[str] | None, depth_timeout: float, tenants: int = 0
+    ) -> None:
         self.depth_timeout = depth_timeout
+        self.tenants = tenants  # the tenants with the most ready jobs to read, per queue
         self._app = app
         self._depth_queues = None if queues is None else tuple(queues)
         self._lock = threading.Lock()  # also the collector's: scrapes read the count
@@ -68,7 +71,9 @@ class QueueDepths:
 
     async def _read_counts(self) -> dict[str, QueueCounts]:
         names = self._depth_queues or tuple(self._app.queue_names())
-        counts = await asyncio.gather(*(self._app.queue(name).counts() for name in names))
+        counts = await asyncio.gather(
+            *(self._app.queue(name).counts(top_tenants=self.tenants) for name in names)
+        )
         return dict(zip(names, counts, strict=True))
 
     def _scrape_depths(self) -> dict[str, QueueCounts] | None:

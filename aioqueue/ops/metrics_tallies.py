@@ -79,6 +79,8 @@ class Families(NamedTuple):
     worker_up: GaugeMetricFamily
     depths: GaugeMetricFamily
     scrape_errors: CounterMetricFamily
+    tenants: GaugeMetricFamily
+    tenant_jobs: GaugeMetricFamily
 
 
 def families(p: str) -> Families:
@@ -110,6 +112,16 @@ def families(p: str) -> Families:
         ),
         CounterMetricFamily(
             f"{p}scrape_errors_total", "Scrapes that could not read the queue depths."
+        ),
+        GaugeMetricFamily(
+            f"{p}queue_tenants", "Tenants with jobs ready in each queue, read when scraped.",
+            labels=["queue"],
+        ),
+        GaugeMetricFamily(
+            f"{p}tenant_jobs",
+            "Jobs ready and running of the tenants with the most ready (opt-in: instrument's "
+            "tenants=N), read when scraped.",
+            labels=["queue", "tenant", "state"],
         ),
     )  # fmt: skip
 

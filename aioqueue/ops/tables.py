@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..core.records import RecentCounts, utc_moment
@@ -50,8 +51,8 @@ RATES_CAPTION = (
 def info_table(queues: Sequence[QueueSnapshot], *, now_ms: int | None = None) -> Table:
     """Per queue: ready (by priority), scheduled, active, dead, completed, failed for good
     and retried per second over the last 60 s, live workers and the jobs they run; a paused
-    or limited queue's name says so, and how many of its jobs wait (for their group or
-    children)."""
+    or limited queue's name says so, how many of its jobs wait (for their group or
+    children), and how many tenants have jobs ready (``tenants_table`` lists them)."""
     table = Table(title="aioqueue", title_justify="left", caption=RATES_CAPTION)
     table.caption_justify = "left"
     table.add_column("queue", no_wrap=True, min_width=max((len(q.name) for q in queues), default=5))
@@ -83,7 +84,38 @@ def _queue_name(queue: QueueSnapshot) -> str:
         parts.append(f"{limits.rate_per_second:g}/s")
     if queue.counts.waiting:  # behind their groups, or for their children
         parts.append(f"{queue.counts.waiting} waiting")
+    if queue.counts.tenants:
+        parts.append(_tenants(queue.counts))
     return name + (f"\n[dim]{', '.join(parts)}[/dim]" if parts else "")
+
+
+def _tenants(counts: QueueCounts) -> str:
+    held = f" ({counts.tenants_held} held)" if counts.tenants_held else ""
+    return f"{counts.tenants} tenant{'s' if counts.tenants != 1 else ''}{held}"
+
+
+def tenants_table(queues: Sequence[QueueSnapshot]) -> Table | None:
+    """The tenants with the most ready jobs, per queue that has tenants (None if none
+    has): their ready and running jobs, and whether their limits hold them back now (how
+    many tenants each queue has is under its name in ``info_table``)."""
+    rows = [(queue, tenant) for queue in queues for tenant in queue.counts.top_tenants]
+    if not rows:
+        return None
+    table = Table(title="tenants (most ready first)", title_justify="left")
+    table.add_column("queue", no_wrap=True)
+    table.add_column("tenant", no_wrap=True, overflow="ellipsis", max_width=40)
+    for name in ("ready", "running"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("", no_wrap=True)
+    shown = None
+    for queue, tenant in rows:
+        table.add_row(
+            "" if queue.name == shown else queue.name,
+            escape(tenant.name), str(tenant.ready), str(tenant.running),
+            "[yellow]held[/yellow]" if tenant.held else "",
+        )  # fmt: skip
+        shown = queue.name
+    return table
 
 
 def channels_table(channels: Sequence[tuple[str, str, ChannelInfo]]) -> Table:
@@ -276,6 +308,8 @@ def _arguments(info: JobInfo) -> list[str]:
 
 def _links(info: JobInfo) -> list[str]:
     lines = []
+    if info.tenant is not None:
+        lines.append(f"tenant:    {info.tenant}")
     if info.group is not None:
         lines.append(f"group:     {info.group}")
     if info.parents is not None:

@@ -18,10 +18,14 @@ handoffs      workflow outcomes waiting for their parents' queue, read and remov
 specs         periodic specs stored per queue
 heartbeats    workers' heartbeats per queue
 stored_limits a queue's limits, as the hash take.lua obeys
+tenants       a queue's tenants: their weights and limits, the ones with jobs ready, and a
+              priority's ready jobs in the order take serves its tenants
 server        what the server is set to, where it matters (its eviction policy)
 connection    the App's Redis clients, their retry policy, and Redis failures as errors
 deadline      one total deadline per public call, retries included; the retry policy
 sentinel      following a Sentinel-managed master through failovers, planned or not
 following     the connections that follow it (and refuse a demoted master)
 clients       the App's clients over their life: made per event loop, and closed
+memory        memory:// URLs: an in-process server (fakeredis with Lua) for tests, its clock
+memory_server what memory:// changes in fakeredis to behave as Redis does (or refuse)
 """

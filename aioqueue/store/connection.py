@@ -46,6 +46,7 @@ from ..core.errors import (
     TlsFailed,
     describe,
 )
+from ..core.memory import MEMORY_SCHEME
 from ..core.settings import (
     CLUSTER_SCHEMES,
     SENTINEL_SCHEMES,
@@ -55,6 +56,7 @@ from ..core.settings import (
 )
 from .deadline import DeadlineRetry
 from .following import FollowingPool
+from .memory import memory_pools
 from .routing import close_lines
 from .sentinel import MasterWatch
 
@@ -160,6 +162,8 @@ def make_clients(url: str, settings: AppSettings) -> Clients:
         return _cluster_clients(url, settings)
     if urlsplit(url).scheme in SENTINEL_SCHEMES:
         return _sentinel_clients(url, settings)
+    if urlsplit(url).scheme == MEMORY_SCHEME:  # in-process, for tests (store/memory.py)
+        return Clients(*memory_pools(url, settings))
     options: dict[str, Any] = {
         "socket_timeout": settings.socket_timeout,
         "socket_connect_timeout": settings.connect_timeout,

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Literal, cast
 
 from ..core.records import Field, JobInfo, JobPage, JobStatus
-from . import reads
+from . import reads, tenants
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -78,23 +78,23 @@ async def place(
 async def _ready_ids(redis: Redis, keys: QueueKeys, *, limit: int, offset: int) -> list[bytes]:
     """Ids of queued jobs on the ready lists from the ``offset``-th, highest priority
     first. A level without cancelled entries is read where the page falls; one with some
-    (``skipped``) from its head to the page, as they may be anywhere in it."""
-    lists = list(reversed(keys.ready_lists()))  # take visits 9..0 (strict order)
-    async with redis.pipeline(transaction=False) as pipe:
-        for key in lists:
-            pipe.llen(key)
-        pipe.hgetall(keys.skipped)
-        *lengths, skipped = await pipe.execute()
-    stale, slices = reads.stale_entries(skipped), []
+    (``skipped``) from its head to the page, as they may be anywhere in it; one with
+    tenants' jobs in the order take serves them (``tenants.fair_order``), from its head."""
+    lengths, stale, fair = await _level_sizes(redis, keys)
+    slices: list[tuple[str, int, int, int, int]] = []
+    tenant_pages: list[tuple[int, int, int, int, int]] = []
     skip, want = offset, limit
-    for level, key, length in zip(range(9, -1, -1), lists, lengths, strict=True):
+    for level in range(9, -1, -1):
         extra = stale.get(level, 0)
-        live = max(0, int(length) - extra)
+        live = max(0, lengths[level] + fair.get(level, 0) - extra)
         if want <= 0 or skip >= live:
             skip -= min(skip, live)
             continue
         take = min(want, live - skip)
-        if extra:  # from the head: of the queued jobs there, pass over `skip`, keep `take`
+        key = keys.ready(level)
+        if fair.get(level):
+            tenant_pages.append((len(slices), level, skip + take + extra, skip, take))
+        elif extra:  # from the head: of the queued jobs there, pass over `skip`, keep `take`
             slices.append((key, 0, skip + take + extra - 1, skip, take))
         else:
             slices.append((key, skip, skip + take - 1, 0, take))
@@ -103,11 +103,28 @@ async def _ready_ids(redis: Redis, keys: QueueKeys, *, limit: int, offset: int) 
         for key, start, stop, _, _ in slices:
             pipe.lrange(key, start, stop)
         pages = cast("list[list[bytes]]", await pipe.execute())
-    found: list[bytes] = []
+    found: list[list[bytes]] = []
     for (_, start, stop, drop, take), page in zip(slices, pages, strict=True):
         read_all = stop - start + 1 > take  # a level with cancelled entries
-        found += (await _queued(redis, keys, page))[drop : drop + take] if read_all else page
-    return found
+        found.append((await _queued(redis, keys, page))[drop : drop + take] if read_all else page)
+    for at, level, read, drop, take in reversed(tenant_pages):  # (in their places)
+        entries = await tenants.fair_order(redis, keys, level, read)
+        found.insert(at, (await _queued(redis, keys, entries))[drop : drop + take])
+    return [job_id for page in found for job_id in page]
+
+
+async def _level_sizes(
+    redis: Redis, keys: QueueKeys
+) -> tuple[list[int], dict[int, int], dict[int, int]]:
+    """Per priority: its ready list's length, the entries of cancelled jobs on its lists,
+    and the entries on its tenants' lists (one round trip)."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for key in keys.ready_lists():
+            pipe.llen(key)
+        pipe.hgetall(keys.skipped)
+        pipe.hgetall(keys.tenant_key("ready"))
+        *lengths, skipped, fair = await pipe.execute()
+    return [int(n) for n in lengths], reads.stale_entries(skipped), reads.stale_entries(fair)
 
 
 async def _queued(redis: Redis, keys: QueueKeys, ids: list[bytes]) -> list[bytes]:
@@ -150,7 +167,8 @@ async def find(
             return False
         return state != "retrying" or info.attempts >= 1
 
-    return await _walk(redis, keys, await _source(redis, keys, state), keep, limit, offset, scan)
+    source = await _source(redis, keys, state, scan)
+    return await _walk(redis, keys, source, keep, limit, offset, scan)
 
 
 async def _walk(
@@ -178,9 +196,9 @@ async def _walk(
     return JobPage(found, position, exhausted=False)
 
 
-async def _source(redis: Redis, keys: QueueKeys, state: ListedState) -> Source:
+async def _source(redis: Redis, keys: QueueKeys, state: ListedState, scan: int) -> Source:
     if state == "ready":
-        return await _ready(redis, keys)
+        return await _ready(redis, keys, scan)
     key = {"scheduled": keys.schedule, "retrying": keys.schedule, "active": keys.active,
            "dead": keys.dead, "complete": keys.completed}[state]  # fmt: skip
     newest_first, scheduled = state == "complete", key == keys.schedule
@@ -196,26 +214,32 @@ async def _source(redis: Redis, keys: QueueKeys, state: ListedState) -> Source:
     return read
 
 
-async def _ready(redis: Redis, keys: QueueKeys) -> Source:
-    """The ready lists as one, in the order take visits them (9..0), as they are now."""
-    lists = list(reversed(keys.ready_lists()))
-    async with redis.pipeline(transaction=False) as pipe:
-        for key in lists:
-            pipe.llen(key)
-        lengths = [int(n) for n in await pipe.execute()]
+async def _ready(redis: Redis, keys: QueueKeys, scan: int) -> Source:
+    """The ready lists as one, in the order take visits them (9..0), as they are now; a
+    level with tenants' jobs in the order take serves them (its first ``scan``)."""
+    lengths, _, fair = await _level_sizes(redis, keys)
+    served: dict[int, list[bytes]] = {}  # a tenants' level's entries, read once
 
     async def read(start: int, count: int) -> tuple[list[bytes], dict[bytes, float | None]]:
-        async with redis.pipeline(transaction=False) as pipe:
-            for key, length in zip(lists, lengths, strict=True):
-                if count <= 0:
-                    break
-                if start >= length:
-                    start -= length
-                    continue
-                pipe.lrange(key, start, start + count - 1)
-                count -= min(count, length - start)
-                start = 0
-            pages = cast("list[list[bytes]]", await pipe.execute())
-        return [job_id for page in pages for job_id in page], {}
+        found: list[bytes] = []
+        for level in range(9, -1, -1):
+            length = lengths[level] + fair.get(level, 0)
+            if count <= 0:
+                break
+            if start >= length:
+                start -= length
+                continue
+            if fair.get(level):
+                if level not in served:
+                    served[level] = await tenants.fair_order(redis, keys, level, scan)
+                page = served[level][start : start + count]
+            else:
+                page = cast(
+                    "list[bytes]", await redis.lrange(keys.ready(level), start, start + count - 1)
+                )
+            found += page
+            count -= min(count, length - start)
+            start = 0
+        return found, {}
 
     return read

@@ -25,6 +25,7 @@ from ..core.records import (
     ScheduledJob,
 )
 from .routing import server_time
+from .tenants import counted as tenant_counts
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable
@@ -122,10 +123,11 @@ async def scheduled(
     ]
 
 
-async def counts(redis: Redis, keys: QueueKeys) -> QueueCounts:
-    """Ready, scheduled, active, dead and waiting jobs (one round trip, one snapshot).
-    Ready is what the ready lists hold less the entries of cancelled jobs that take will
-    skip, per priority level too."""
+async def counts(redis: Redis, keys: QueueKeys, *, top_tenants: int = 10) -> QueueCounts:
+    """Ready, scheduled, active, dead and waiting jobs (one round trip, one snapshot; a
+    second for the ``top_tenants`` with the most ready jobs, if any tenant has some).
+    Ready is what the ready lists (the tenants' too) hold less the entries of cancelled
+    jobs that take will skip, per priority level too."""
     async with redis.pipeline(transaction=True) as pipe:
         for key in keys.ready_lists():
             pipe.llen(key)
@@ -136,12 +138,25 @@ async def counts(redis: Redis, keys: QueueKeys) -> QueueCounts:
         pipe.exists(keys.paused)
         pipe.get(keys.waiting)
         pipe.zcard(keys.completed)
+        pipe.hgetall(keys.tenant_key("ready"))
+        pipe.hlen(keys.tenant_key("held"))
+        pipe.zcard(keys.tenants)
+        if top_tenants > 0:
+            pipe.zrevrange(keys.tenants, 0, top_tenants - 1, withscores=True)
         replies = await pipe.execute()
-    *lengths, skipped, scheduled, active, dead, paused, waiting, complete = replies
+    if top_tenants <= 0:
+        replies.append([])
+    *lengths, skipped, scheduled, active, dead, paused, waiting, complete = replies[:-4]
+    tenant_entries, held, tenants, top = replies[-4:]
+    for level, entries in tenant_entries.items():
+        if level.isdigit() and 0 <= int(level) < len(lengths):
+            lengths[int(level)] += int(entries)
     by_priority = _live(lengths, skipped)
     return QueueCounts(
         sum(by_priority.values()), int(scheduled), int(active), int(dead), by_priority,
         paused=bool(paused), waiting=max(0, int(waiting or 0)), complete=int(complete),
+        tenants=int(tenants), tenants_held=int(held),
+        top_tenants=tuple(await tenant_counts(redis, keys, top)),
     )  # fmt: skip
 
 

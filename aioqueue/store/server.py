@@ -81,10 +81,10 @@ REQUIRED_COMMANDS = (
     # waiting, reading, admin and the worker's own keys
     "blpop", "time", "ping", "info",
     "get", "set", "del", "mget", "incr", "incrby", "decr", "pexpire", "pexpireat", "exists",
-    "hget", "hgetall", "hset", "hsetnx", "hdel", "hmget", "hincrby", "hexists",
+    "hget", "hgetall", "hset", "hsetnx", "hdel", "hmget", "hincrby", "hexists", "hlen", "hvals",
     "zrange", "zrangebyscore", "zrevrange", "zrevrangebyscore", "zadd", "zrem", "zcard",
-    "zscore", "zremrangebyscore", "zremrangebyrank",
-    "llen", "lpop", "lpush", "lrange", "lpos", "rpush", "ltrim",
+    "zscore", "zremrangebyscore", "zremrangebyrank", "zincrby",
+    "llen", "lpop", "lpush", "lrange", "lpos", "rpush", "ltrim", "rpop", "lmove",
     "smembers", "sadd", "srem", "scan",
     # streams (mailboxes, groups, topics)
     "xadd", "xrange", "xrevrange", "xlen", "xreadgroup", "xack", "xpending", "xclaim",

@@ -11,12 +11,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..core.limits import QueueLimits
+from ..core.limits import QueueLimits, TenantLimits
 from ..core.records import RecentCounts
 from .chart import Chart, merge, throughput
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from ..app import App
     from ..client.queue import Queue
@@ -101,6 +101,8 @@ class Listing:
     limits: QueueLimits = field(default_factory=QueueLimits)  # the queue's set_limits
     task: str | None = None
     tasks: Sequence[str] = ()  # the app's tasks of this queue, for the filter
+    tenant_limits: TenantLimits = field(default_factory=TenantLimits)  # every tenant's
+    weights: Mapping[str, int] = field(default_factory=dict)  # the tenants' not 1
 
     @property
     def jobs(self) -> Sequence[JobInfo]:
@@ -144,9 +146,12 @@ async def listing(
         queue.history(minutes=HISTORY_MINUTES),
         queue.limits(),
     )
+    tenant_limits, weights = TenantLimits(), {}
+    if counts.tenants:
+        tenant_limits, weights = await asyncio.gather(queue.tenant_limits(), queue.weights())
     return Listing(
         queue.name, state, counts, page, number, page_size, throughput(history), limits,
-        task, tasks,
+        task, tasks, tenant_limits, weights,
     )  # fmt: skip
 
 

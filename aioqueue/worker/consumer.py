@@ -30,7 +30,7 @@ from .outages import Outage
 from .takes import Step, TakeState
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Coroutine
+    from collections.abc import Awaitable, Callable, Coroutine, Iterable
 
     from redis.asyncio import Redis
 
@@ -264,6 +264,12 @@ class QueueConsumer(Component):
             await acks.next_landing(self.stopping)
             return False
         try:
+            # First whether work elsewhere in the worker may come here; then, that settled,
+            # what is here (the other way round, a job handed over between the two looks
+            # would be missed).
+            if self._burst_busy is not None and await self._burst_busy():
+                await wait_event(self.stopping, BURST_LOOK)
+                return False
             promoted = await leasing.promote(
                 self.redis, self.keys, limit=1000, due_first=self._due_first
             )
@@ -271,13 +277,10 @@ class QueueConsumer(Component):
             if counts.paused:
                 return True  # nothing will be taken: a burst worker leaves it be
             if promoted.count or counts.ready:
+                if not promoted.count and counts.tenants_held:  # (their leases are elsewhere)
+                    await wait_event(self.stopping, BURST_LOOK)
                 return False  # (the promoter may have just made a job ready)
-            if await self._retries_pending(promoted.now_ms):
-                return False
-            if self._burst_busy is not None and await self._burst_busy():
-                await wait_event(self.stopping, BURST_LOOK)  # work elsewhere may come here
-                return False
-            return True
+            return not await self._retries_pending(promoted.now_ms)
         except CLIENT_FAILURES:
             return False
 
@@ -295,6 +298,19 @@ class QueueConsumer(Component):
             until = (min(due.values()) - now_ms) / 1000
             await wait_event(self.stopping, min(RETRY_WAIT_MAX, max(0.0, until)))
         return bool(due)
+
+
+async def any_ready(consumers: Iterable[object]) -> bool:
+    """Burst mode: has any of these queues a job ready to take (not paused)? Run, it may
+    enqueue on another of them (a workflow's next step), whose consumer must not have
+    ended by then."""
+    for consumer in consumers:
+        if not isinstance(consumer, QueueConsumer):
+            continue
+        counts = await reads.counts(consumer.redis, consumer.keys)
+        if counts.ready and not counts.paused:
+            return True
+    return False
 
 
 def _log_take_crash(take: asyncio.Task[TakeResult | None]) -> None:

@@ -90,11 +90,13 @@ class PeriodicScheduler(Component):
         for spec in due_specs:
             tick = spec.tick_to_enqueue(now_ms)
             if tick is not None:
-                await self._enqueue(spec, tick)
+                await self.enqueue_tick(spec, tick)
         next_ms = min((spec.next_tick(now_ms) for spec in due_specs), default=None)
         return MAX_SLEEP if next_ms is None else min(MAX_SLEEP, (next_ms - now_ms) / 1000)
 
-    async def _enqueue(self, spec: Periodic, tick_ms: int) -> None:
+    async def enqueue_tick(self, spec: Periodic, tick_ms: int) -> None:
+        """Enqueue one tick of ``spec`` (once, however often it is asked: the job id and
+        the spec's last tick are the tick's); the testing kit's ``advance`` calls it."""
         try:
             payload = Payload(spec.task, list(spec.args), spec.kwargs).encode(
                 self._max_payload_bytes

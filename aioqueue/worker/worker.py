@@ -34,7 +34,7 @@ from ..core.settings import WORKER_DEFAULTS, WorkerSettings
 from ..store import reads, stored_limits
 from .aborts import AbortListener
 from .acks import AckBatcher
-from .consumer import QueueConsumer
+from .consumer import QueueConsumer, any_ready
 from .contact import reach_redis
 from .delivery import HandOff
 from .heartbeat import Heartbeat
@@ -348,11 +348,12 @@ class Worker:
 
     async def _burst_busy(self) -> bool:
         """Burst mode: may work still to come make jobs ready on a queue found dry? A job
-        running or unacked (a workflow's child, whose parent may be on another queue), or
-        an outcome still to hand off."""
+        running, unacked or ready on another queue (a workflow's child, whose parent may be
+        here), or an outcome still to hand off."""
         if self.running or not all(acks.idle for acks in self._acks):
             return True
-        return self._handoff is not None and await self._handoff.pending()
+        handing = self._handoff is not None and await self._handoff.pending()
+        return handing or await any_ready(self._consumers)
 
     async def _stop_when_drained(self) -> None:
         await asyncio.gather(*(consumer.join() for consumer in self._consumers))

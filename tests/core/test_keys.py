@@ -5,11 +5,13 @@ Pure: no Redis needed. ``redis.crc.key_slot`` is redis-py's own CRC16 slot funct
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 from redis.crc import key_slot
 
 import aioqueue
-from aioqueue.core.keys import PRIORITY_LEVELS, QueueKeys, validate_name
+from aioqueue.core.keys import PRIORITY_LEVELS, QueueKeys, TenantRole, validate_name
 
 
 def every_key(keys: QueueKeys) -> list[str]:
@@ -33,6 +35,10 @@ def every_key(keys: QueueKeys) -> list[str]:
         keys.wake("host:1234:abcd"),
         keys.wake("w{x}"),
         keys.schedule_wake,
+        *(keys.tenant_key(role) for role in get_args(TenantRole)),
+        keys.tenant_key("ring", 9),
+        keys.tenant_key("jobs", 5, "{acme}:eu"),  # a tenant's name cannot move it either
+        keys.tenant_key("rate", "ü" * 100),
     ]
 
 

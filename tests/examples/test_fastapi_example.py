@@ -384,6 +384,7 @@ async def test_without_redis_requests_are_503(monkeypatch: pytest.MonkeyPatch) -
 # -- as deployed: uvicorn, and a worker in a process of its own ----------------------------
 
 
+@pytest.mark.real_redis("uvicorn and worker processes")
 async def test_uvicorn_and_a_worker_process_serve_it_and_stop_gracefully(
     redis_url: str, prefix: str
 ) -> None:

@@ -24,7 +24,7 @@ from aioqueue.ops.embedded_cluster import EmbeddedCluster
 from aioqueue.store.routing import lines_for
 from tests.helpers import collect_leaked_sockets, leaks_outside, now, produce_confirmed, wait_until
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.real_redis("a Redis Cluster")]
 
 
 @pytest.fixture(scope="module")
@@ -164,6 +164,55 @@ async def test_workflows_groups_and_batches_across_masters(
         assert await batch.wait(timeout=30) == aioqueue.BatchSummary(10, 10, 0)
         await grouped[-1].result(timeout=30)
     assert order == list(range(10))
+
+
+async def test_tenants_on_every_master(
+    app: aioqueue.App, cluster: EmbeddedCluster, prefix: str
+) -> None:
+    """A queue's tenants live in its slot: turns, weights, a cap, a delayed tenant job, a
+    cancel and the views, on queues served by every master."""
+    names = queues_on_every_master(cluster, prefix)
+    running: Counter[str] = Counter()
+    peak: Counter[str] = Counter()
+    tasks = {}
+    for name in names:
+
+        @app.task(queue=name, name=f"tenant_work_{name}")
+        async def work(tenant: str) -> str:
+            running[tenant] += 1
+            peak[tenant] = max(peak[tenant], running[tenant])
+            await asyncio.sleep(0.002)
+            running[tenant] -= 1
+            return tenant
+
+        tasks[name] = work
+    jobs = []
+    for name in names:
+        queue = app.queue(name)
+        await queue.set_tenant_limits(max_running=2)
+        await queue.set_weights({f"{name}-big": 3})
+        for tenant in (f"{name}-big", f"{name}-small"):
+            jobs += await queue.enqueue_many(
+                tasks[name].enqueue(tenant).options(tenant=tenant) for _ in range(30)
+            )
+        jobs.append(
+            await tasks[name].enqueue(f"{name}-small").options(tenant=f"{name}-small", delay=0.2)
+        )
+        cancelled = await tasks[name].enqueue("gone").options(tenant="gone")
+        assert await queue.cancel(cancelled.id)
+        counts = await queue.counts()
+        assert (counts.ready, counts.tenants) == (60, 2)
+        assert [job.tenant for job in await queue.jobs("ready", limit=5)] == [
+            *[f"{name}-big"] * 3,
+            f"{name}-small",
+            f"{name}-big",
+        ]  # its turns: three jobs, then one
+    async with app.worker(concurrency=20, queues=names):
+        results = [await job.result(timeout=30) for job in jobs]
+    assert len(results) == 3 * 61
+    assert max(peak.values()) == 2
+    for name in names:
+        assert (await app.queue(name).counts()).tenants == 0
 
 
 async def test_aborts_and_results_travel_by_sharded_pub_sub(

@@ -39,6 +39,8 @@ from tests.apps import fault_app
 from tests.apps.fault_app import Recorder, Run
 from tests.helpers import now, wait_until
 
+pytestmark = pytest.mark.real_redis("worker processes killed, stopped and cut off")
+
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = "tests.apps.fault_app:app"
 COMPLETE = b"complete"

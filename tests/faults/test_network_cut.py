@@ -13,6 +13,8 @@ from redis.asyncio import Redis
 import aioqueue
 from tests.helpers import wait_until
 
+pytestmark = pytest.mark.real_redis("a network cut through a proxy")
+
 
 class _Link:
     """One proxied connection: forwarding while set; ``sent`` a marker meanwhile."""

@@ -18,7 +18,7 @@ import aioqueue
 from aioqueue.ops.embedded_sentinel import EmbeddedSentinel
 from tests.helpers import collect_leaked_sockets, leaks_outside, now, produce_confirmed, wait_until
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.real_redis("Sentinel and replicas")]
 
 
 @pytest.fixture

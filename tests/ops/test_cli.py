@@ -17,6 +17,8 @@ from aioqueue.ops.embedded import EmbeddedServer
 from aioqueue.ops.garbage import GEN0_THRESHOLD
 from tests.helpers import run_until_idle, wait_until
 
+pytestmark = pytest.mark.real_redis("the command line runs in processes of its own")
+
 TARGET = "tests.apps.cli_app:app"
 
 

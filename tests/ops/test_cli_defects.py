@@ -24,6 +24,8 @@ from aioqueue.ops.embedded import DIR_PREFIX, OWNER_FILE, EmbeddedServer, remove
 from tests.helpers import now, wait_until
 from tests.ops.test_cli import TARGET, run_cli
 
+pytestmark = pytest.mark.real_redis("the command line runs in processes of its own")
+
 EMBEDDED = re.compile(rb"started an embedded server \S+ at (redis://127\.0\.0\.1:(\d+)/0)")
 
 
@@ -147,6 +149,27 @@ async def test_import_and_url_errors_are_one_line(
     code, _, err = await run_cli(argv, env=cli_env)
     assert code == 2
     assert message in one_line(err)
+
+
+@pytest.mark.parametrize(
+    ("argv", "env_url"),
+    [
+        (["worker", TARGET, "--redis-url", "memory://"], None),
+        (["info", TARGET], "memory://shared"),
+        (["dashboard", TARGET, "--redis-url", "memory://x"], None),
+    ],
+)
+async def test_an_in_process_server_is_refused_in_one_line(
+    cli_env: dict[str, str], argv: list[str], env_url: str | None
+) -> None:
+    """memory:// lives in the process that uses it: a command, a process of its own,
+    would see an empty server of its own and act on nothing."""
+    env = {**cli_env, **({"AIOQUEUE_REDIS_URL": env_url} if env_url else {})}
+    code, _, err = await run_cli(argv, env=env)
+    assert code == 2
+    assert "is an in-process server for tests: the command line, a process of its own, " in (
+        one_line(err)
+    )
 
 
 # -- 2, 5. the embedded server: Ctrl-C, kill -9, stale directories -------------------------

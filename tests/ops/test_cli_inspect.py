@@ -15,6 +15,8 @@ import aioqueue
 from aioqueue.ops.tables import QueueSnapshot, info_table
 from tests.ops.test_cli import TARGET, cli_env, producer, run_cli
 
+pytestmark = pytest.mark.real_redis("the command line runs in processes of its own")
+
 __all__ = ["cli_env", "producer"]  # fixtures, shared with test_cli
 
 
@@ -203,3 +205,26 @@ def test_info_says_how_many_jobs_wait() -> None:
     console = Console(width=120, record=True)
     console.print(table)
     assert "12 waiting" in console.export_text()
+
+
+async def test_info_shows_the_tenants_with_the_most_jobs_ready(
+    cli_env: dict[str, str], producer: aioqueue.App
+) -> None:
+    queue = producer.queue()
+    await queue.set_tenant_limits("[b]", max_running=1)
+    for n in range(3):
+        await queue.enqueue("shout", f"a{n}").options(tenant="acme")
+    for n in range(2):
+        await queue.enqueue("shout", f"b{n}").options(tenant="[b]")  # (rich markup: shown as is)
+    await queue.enqueue("shout", "plain")
+
+    code, out, err = await run_cli(["info", TARGET], env=cli_env)
+    assert code == 0, err
+    assert "2 tenants" in out
+    rows = [line for line in out.splitlines() if "acme" in line or "[b]" in line]
+    cells = [[cell.strip() for cell in row.strip("│ ").split("│")] for row in rows]
+    assert cells == [
+        ["default", "acme", "3", "0"],
+        ["[b]", "2", "0"],  # (the queue's cell left blank)
+    ]
+    await producer.close()

@@ -16,6 +16,8 @@ from tests.apps import mail_app
 from tests.helpers import run_until_idle
 from tests.ops.test_cli import run_cli
 
+pytestmark = pytest.mark.real_redis("the command line runs in processes of its own")
+
 TARGET = "tests.apps.mail_app:app"
 
 

@@ -21,6 +21,8 @@ from tests.helpers import wait_until
 from tests.ops.test_cli import TARGET, run_cli
 from tests.ops.test_cli_defects import one_line
 
+pytestmark = pytest.mark.real_redis("the command line runs in processes of its own")
+
 pytest.importorskip("starlette")
 pytest.importorskip("prometheus_client")
 

@@ -60,6 +60,7 @@ def _lines(err: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in err.splitlines()]
 
 
+@pytest.mark.real_redis("the command line's worker process")
 async def test_json_logs_name_the_job_and_a_dead_job_has_its_traceback(
     cli_env: dict[str, str], redis_url: str, prefix: str
 ) -> None:
@@ -83,6 +84,7 @@ async def test_json_logs_name_the_job_and_a_dead_job_has_its_traceback(
     await app.close()
 
 
+@pytest.mark.real_redis("the command line's worker process")
 async def test_no_line_per_job_unless_asked(
     cli_env: dict[str, str], redis_url: str, prefix: str
 ) -> None:

@@ -184,6 +184,7 @@ async def test_a_running_worker_its_job_in_flight_then_cancelled(
     assert value(await scrape(server), "worker_up") == 0
 
 
+@pytest.mark.real_redis("SIGSTOPs the server")
 async def test_a_hung_redis_costs_a_scrape_depth_timeout_and_an_error(
     prefix: str, redis_url: str, served: list[MetricsServer]
 ) -> None:
@@ -284,6 +285,8 @@ async def test_server_is_loopback_by_default_and_a_taken_port_is_a_config_error(
         ({"buckets": [1.0, 1.0]}, "buckets"),
         ({"buckets": [1.0, float("inf")]}, "buckets"),
         ({"depth_timeout": 0}, "depth_timeout"),
+        ({"tenants": -1}, "tenants"),
+        ({"tenants": True}, "tenants"),
     ],
 )
 async def test_bad_settings_are_config_errors(
@@ -303,3 +306,31 @@ def test_without_the_extra_the_import_error_says_what_to_install() -> None:
         "ModuleNotFoundError: aioqueue metrics need prometheus-client: "
         "pip install 'aioqueue[metrics]'"
     )
+
+
+async def test_tenants_are_labels_only_when_asked(app: aioqueue.App) -> None:
+    """Without ``tenants=N`` no metric has a tenant label (a label per tenant may be many):
+    only how many tenants have jobs ready; with it, the N with the most."""
+    queue = app.queue()
+    for tenant, count in (("a", 3), ("b", 2), ("c", 1)):
+        for _ in range(count):
+            await queue.enqueue("job").options(tenant=tenant)
+    plain = instrument(app, CollectorRegistry())
+    assert await plain.refresh() is True
+    samples = parse(generate_latest(plain.registry).decode())
+    assert value(samples, "queue_tenants", queue="default") == 3
+    assert not any("tenant" in dict(labels) for _, labels in samples)
+
+    other = aioqueue.App(redis_url=app.redis_url, prefix=app.settings.prefix)
+    try:
+        labelled = instrument(other, CollectorRegistry(), tenants=2)
+        assert await labelled.refresh() is True
+        samples = parse(generate_latest(labelled.registry).decode())
+        assert series(samples, "tenant_jobs", "tenant", "state") == {
+            ("a", "ready"): 3,
+            ("a", "running"): 0,
+            ("b", "ready"): 2,
+            ("b", "running"): 0,
+        }
+    finally:
+        await other.close()

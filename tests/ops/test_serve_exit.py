@@ -17,6 +17,8 @@ import pytest
 import aioqueue
 from tests.helpers import now, wait_until
 
+pytestmark = pytest.mark.real_redis("the command line runs in processes of its own")
+
 TARGET = "tests.apps.threads_app:app"
 
 

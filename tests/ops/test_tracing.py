@@ -440,6 +440,7 @@ async def run_worker(args: Sequence[str], env: dict[str, str]) -> None:
     assert process.returncode == 0, err.decode()
 
 
+@pytest.mark.real_redis("a worker process")
 async def test_the_trace_reaches_a_worker_process(
     app: aioqueue.App, traced: Traced, redis_url: str, prefix: str, tmp_path: Path
 ) -> None:

@@ -69,6 +69,9 @@ async def test_a_user_with_the_listed_commands_can_do_everything(
         dead = await fails.enqueue()
         flow = await aioqueue.chord([leaf.enqueue(x) for x in range(3)], total.callback())
         grouped = [await add.enqueue(n, 0).options(group="g1") for n in range(3)]
+        await app.queue().set_tenant_limits(max_running=1, rate="100/s")
+        await app.queue().set_weights({"t1": 2})
+        tenants = [await add.enqueue(n, 1).options(tenant=f"t{n % 2}") for n in range(4)]
         async with app.batch() as batch:
             batch.add(add.enqueue(1, 1))
         await app.add_periodic(add, every=3600, args=[0, 0], name="hourly")
@@ -82,6 +85,7 @@ async def test_a_user_with_the_listed_commands_can_do_everything(
             assert await one.result(timeout=5) == 3
             assert await flow.result(timeout=5) == 3  # (a hand-off from "side")
             assert [await job.result(timeout=5) for job in grouped] == [0, 1, 2]
+            assert [await job.result(timeout=5) for job in tenants] == [1, 2, 3, 4]
             assert (await batch.wait(timeout=5)).succeeded == 1
             assert [await job.result(timeout=5) for job in many] == [2 * n for n in range(10)]
             assert await later.result(timeout=5) == 10
@@ -98,6 +102,10 @@ async def test_a_user_with_the_listed_commands_can_do_everything(
         assert await queue.jobs("dead")
         await queue.history(minutes=5)
         await queue.workers()
+        await queue.tenants()
+        await queue.all_tenant_limits()
+        await queue.pause()
+        await queue.resume()
         assert await queue.reconcile() == 0  # (SCAN over the job records)
         await app.unread("alice")
         await app.channels()

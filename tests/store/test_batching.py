@@ -26,6 +26,7 @@ async def _evalsha_calls(redis: Redis) -> int:
     return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
 
 
+@pytest.mark.real_redis("counts the server's INFO commandstats")
 async def test_gathered_enqueues_share_round_trips_and_keep_their_order(
     app: aioqueue.App, redis: Redis
 ) -> None:
@@ -62,6 +63,7 @@ async def test_a_failing_call_of_a_flush_fails_only_its_own_callers(
     assert all(job.created for job in results if isinstance(job, aioqueue.Job))
 
 
+@pytest.mark.real_redis("counts the server's INFO commandstats")
 async def test_a_lone_enqueue_is_one_script_call(app: aioqueue.App, redis: Redis) -> None:
     @app.task
     async def noop() -> None: ...
@@ -72,6 +74,7 @@ async def test_a_lone_enqueue_is_one_script_call(app: aioqueue.App, redis: Redis
     assert await _evalsha_calls(redis) - before == 1
 
 
+@pytest.mark.real_redis("counts the server's INFO commandstats")
 async def test_bulk_enqueue_writes_thousands_in_order(app: aioqueue.App, redis: Redis) -> None:
     @app.task
     async def noop(n: int) -> None: ...
@@ -137,6 +140,7 @@ async def test_enqueues_carry_on_after_their_connection_is_killed(
     assert (await queue.counts()).ready == 110
 
 
+@pytest.mark.real_redis("counts the server's INFO errorstats")
 async def test_enqueues_load_the_script_again_after_a_script_flush(
     app: aioqueue.App, redis: Redis
 ) -> None:

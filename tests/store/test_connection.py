@@ -40,6 +40,7 @@ async def test_first_uses_that_race_share_one_client(redis_url: str, prefix: str
     await app.close()
 
 
+@pytest.mark.real_redis("gives the App a client of a real server's URL")
 async def test_an_app_uses_a_client_it_is_given_and_leaves_it_open(
     redis_url: str, prefix: str
 ) -> None:

@@ -434,7 +434,7 @@ async def test_the_packed_ack_is_the_command_redis_py_would_send(
     script_keys = [
         keys.active, keys.schedule, keys.dead, keys.notify, keys.schedule_wake,
         keys.job_prefix, keys.done_prefix, *keys.ready_lists(), keys.history_prefix,
-        *keys.links(), keys.completed,
+        *keys.links(), keys.completed, keys.tenants,
     ]  # fmt: skip
     sha = leasing._ACK.sha
     done = lifecycle.Settlement(b"a", "w:1", "complete", b"null")
@@ -444,12 +444,12 @@ async def test_the_packed_ack_is_the_command_redis_py_would_send(
     assert await leasing.ack(redis, keys, [done], result_ttl_ms=TTL, kept_ms=5) == [True, False]
     json = b'[["a","w:1","complete","null",0]]'
     args = [TTL, 5, 0, 0, keys.settled_channel, "json", json]
-    assert recorder.sent.pop() == _redis_py("EVALSHA", sha, 24, *script_keys, *args)
+    assert recorder.sent.pop() == _redis_py("EVALSHA", sha, 25, *script_keys, *args)
 
     await leasing.ack(redis, keys, [done, retry], result_ttl_ms=TTL, keep_payload=True)
     fields = [b"a", "w:1", "complete", b"null", 0, b"\xff", "w:2", "retry", b'"E"', 1500]
     args = [TTL, TTL, 1, 0, keys.settled_channel, "args", *fields]
-    assert recorder.sent.pop() == _redis_py("EVALSHA", sha, 24, *script_keys, *args)
+    assert recorder.sent.pop() == _redis_py("EVALSHA", sha, 25, *script_keys, *args)
 
 
 async def test_the_packed_offer_is_the_command_redis_py_would_send(

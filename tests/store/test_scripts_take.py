@@ -264,7 +264,8 @@ def test_the_packed_take_is_the_command_redis_py_would_send() -> None:
         script_keys: list[str] = [
             keys.active, keys.notify, keys.dead, keys.seq, keys.job_prefix,
             *keys.ready_lists(), keys.schedule, keys.skipped, keys.done_prefix,
-            keys.paused, keys.limits, keys.rate, keys.taken_prefix, keys.taken(lease),
+            keys.paused, keys.limits, keys.rate, keys.schedule_wake, keys.tenants,
+            keys.taken_prefix, keys.taken(lease),
         ]  # fmt: skip
         args: list[str | int] = [
             lease,

@@ -474,3 +474,29 @@ def test_progress_reads_as_a_fraction_when_it_says_how_far() -> None:
     assert fraction(0.5) == 0.5
     for unclear in ({"done": 1}, {"done": 1, "of": 0}, 42, True, "half", None, [1, 2]):
         assert fraction(unclear) is None
+
+
+async def test_a_queue_with_tenants_lists_them_and_each_job_names_its_own(
+    app: aioqueue.App, tasks: Any, client: httpx.AsyncClient
+) -> None:
+    queue = app.queue("emails")
+    await queue.set_tenant_limits(max_running=2)
+    await queue.set_weights({"acme <co>": 3})
+    for n in range(3):
+        await tasks["send_email"].enqueue(f"{n}@acme.example").options(tenant="acme <co>")
+    job = await tasks["send_email"].enqueue("z@zeta.example").options(tenant="zeta")
+
+    page = (await client.get("/queue/emails")).text
+    assert "data-tenant-count>2 tenants with jobs ready</span>" in page
+    assert "Each tenant without limits of its own: at most 2 running" in page
+    cells = (
+        r'data-tenant-row="([^"]*)">\s*<td><code>[^<]*</code></td>'
+        + r'\s*<td class="num">(\d+)</td>' * 3
+    )
+    rows = re.findall(cells, page)
+    # escaped, most ready first: ready, running, weight
+    assert rows == [("acme &lt;co&gt;", "3", "0", "3"), ("zeta", "1", "0", "1")]
+    assert page.count("data-tenant>tenant <code>") == 4
+    assert "<code>zeta</code>" in (await client.get(f"/job?queue=emails&id={job.id}")).text
+    await drain(app, queues=["emails"])
+    assert 'id="tenants"' not in (await client.get("/queue/emails")).text

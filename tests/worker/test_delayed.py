@@ -121,6 +121,7 @@ def _libfaketime() -> str | None:
     return found[0] if found else None
 
 
+@pytest.mark.real_redis("a worker process under faketime")
 @pytest.mark.skipif(_libfaketime() is None, reason="needs Debian's faketime")
 @pytest.mark.parametrize("skew", ["+1h", "-1h"])
 async def test_a_skewed_worker_clock_neither_starts_jobs_early_nor_strands_them(

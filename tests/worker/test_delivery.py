@@ -30,6 +30,7 @@ async def test_a_lost_wakeup_token_loses_no_job(app: aioqueue.App, redis: Redis)
         assert await job.result(timeout=5) == 7
 
 
+@pytest.mark.real_redis("a worker process, SIGKILLed")
 async def test_killed_worker_job_is_reclaimed_and_completes(
     redis_url: str, prefix: str, redis: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:

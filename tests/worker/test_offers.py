@@ -204,6 +204,7 @@ async def test_a_handed_job_waits_for_a_slot_another_queue_filled(app: aioqueue.
     assert ran == ["slow", "fast"]
 
 
+@pytest.mark.real_redis("a worker process, SIGKILLed")
 async def test_a_job_handed_to_a_killed_worker_runs_once_its_lease_expires(
     redis_url: str, prefix: str
 ) -> None:

@@ -138,6 +138,7 @@ async def test_worker_start_syncs_declared_specs(app: aioqueue.App) -> None:
         await wait_until(lambda: _spec_names_are(queue, {"nightly", "added"}), timeout=5)
 
 
+@pytest.mark.real_redis("worker processes")
 async def test_several_worker_processes_enqueue_each_tick_once(
     redis_url: str, prefix: str, redis: Redis
 ) -> None:

@@ -21,6 +21,10 @@ KEYS[19..23] links                the keys of include/links.lua, as QueueKeys.li
              waiting        STRING how many jobs wait (behind a group, or for children)
 KEYS[24]     completed      ZSET  job id -> finished (ms): the newest complete jobs whose
                                   record is kept (COMPLETED_LISTED), for the listings
+KEYS[25]     tenants        ZSET  tenant -> its queued jobs; the prefix of the fair keys
+                                  (include/fair.lua): a tenant's job made ready again goes
+                                  on its tenant's list, and its lease's end counts off its
+                                  tenant's running jobs (which may let the tenant start again)
 ARGV[1] result_ttl_ms  how long finished records with a result or an error are kept; 0
                        deletes them
 ARGV[2] kept_ms        how long a complete job with no result (None) is remembered: the
@@ -60,18 +64,19 @@ another queue waits for it: the worker delivers it), -2 lease not held.
 -- @include clock
 -- @include done
 -- @include record
--- @include ready
 -- @include schedule
 -- @include history
 -- @include settled
 -- @include links
+-- @include fair
 local active, schedule, dead, notify = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local schedule_wake, job_prefix, done_prefix, READY = KEYS[5], KEYS[6], KEYS[7], 8
-local history_prefix, LINKS, completed = KEYS[18], 19, KEYS[24]
+local history_prefix, LINKS, completed, tenants = KEYS[18], 19, KEYS[24], KEYS[25]
 local result_ttl_ms, kept_ms, keep_payload = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local history_ms, settled_channel, format = tonumber(ARGV[4]), ARGV[5], ARGV[6]
 local SETTLEMENTS = 7
-local now = redis_clock()
+local now, now_us = redis_clock()
+local F = fair_context(tenants, notify, now_us)
 local counts, finished = {}, {} -- outcome code -> n; ids of jobs that finished
 local unleased = {} -- ids whose leases go, in one ZREM at the end
 local marks = {} -- completed ids to remember, by done hash (include/done.lua)
@@ -83,6 +88,7 @@ local COMPLETED_LISTED = 1000
 local L = links_context(LINKS, {
   job_prefix = job_prefix, ready = READY, notify = notify, schedule = schedule,
   schedule_wake = schedule_wake, now = now, result_ttl_ms = result_ttl_ms, finished = finished,
+  fair = F,
 })
 
 -- The history code of each outcome, and whether the job is finished by it.
@@ -143,15 +149,16 @@ local function list_completed()
   end
 end
 
-local function ready_list(key)
-  return ready_key(READY, redis.call('HGET', key, 'pr'))
+-- Ready again: at the end of its ready list (or its tenant's), or with `front` at the front.
+local function requeue(id, key, tenant, front)
+  push_ready(F, READY, id, redis.call('HGET', key, 'pr'), tenant, front)
+  redis.call('RPUSH', notify, 1)
 end
 
-local function schedule_retry(id, key, data, delay_ms)
+local function schedule_retry(id, key, data, delay_ms, tenant)
   if delay_ms <= 0 then
     redis.call('HSET', key, 's', 'queued', 'e', data, 'qt', now)
-    redis.call('RPUSH', ready_list(key), id)
-    redis.call('RPUSH', notify, 1)
+    requeue(id, key, tenant, false)
     return
   end
   local due = now + delay_ms
@@ -161,7 +168,7 @@ end
 
 local function settle(id, lease, outcome, data, delay_ms)
   local key = job_prefix .. id
-  local record = redis.call('HMGET', key, 's', 'w', 'k')
+  local record = redis.call('HMGET', key, 's', 'w', 'k', 'tn')
   if not record[1] then -- settled before, and its record went (no result kept, or ttl 0)
     unleased[#unleased + 1] = id
     return 1
@@ -174,7 +181,7 @@ local function settle(id, lease, outcome, data, delay_ms)
   if outcome == 'complete' then
     complete(id, key, data, links and links[4])
   elseif outcome == 'retry' then
-    schedule_retry(id, key, data, delay_ms)
+    schedule_retry(id, key, data, delay_ms, record[4])
   elseif outcome == 'bury' then
     redis.call('HSET', key, 's', 'dead', 'e', data, 'ft', now)
     redis.call('ZADD', dead, now, id)
@@ -188,9 +195,9 @@ local function settle(id, lease, outcome, data, delay_ms)
   else -- release: interrupted by shutdown, not the job's fault
     redis.call('HINCRBY', key, 'n', -1)
     redis.call('HSET', key, 's', 'queued', 'qt', now)
-    redis.call('LPUSH', ready_list(key), id)
-    redis.call('RPUSH', notify, 1)
+    requeue(id, key, record[4], true)
   end
+  if record[4] then fair_release(F, record[4]) end
   local code = CODE[outcome]
   if code then counts[code] = (counts[code] or 0) + 1 end
   if FINAL[outcome] then

@@ -15,6 +15,8 @@ KEYS[5..9]   links                the keys of include/links.lua, as QueueKeys.li
              handoff        ZSET  this queue's own outcomes for parents on yet other queues
              waiting        STRING how many jobs wait (behind a group, or for children)
 KEYS[10..19] ready          LIST  ready lists of priorities 0..9
+KEYS[20]     tenants        ZSET  tenant -> its queued jobs; the prefix of the fair keys
+                                  (a parent with a tenant is made ready on its list)
 ARGV[1]      result_ttl_ms  how long a parent closed here (failed, or a barrier) is kept
 ARGV[2]      settled_channel  the queue's settled channel: parents closed here are announced
 ARGV[3..]    outcomes       three per outcome:
@@ -27,14 +29,16 @@ Returns how many outcomes it read.
 -- @include clock
 -- @include links
 -- @include settled
+-- @include fair
 local job_prefix, notify, schedule, schedule_wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local LINKS, READY = 5, 10
+local LINKS, READY, tenants = 5, 10, KEYS[20]
 local result_ttl_ms, settled_channel, OUTCOMES = tonumber(ARGV[1]), ARGV[2], 3
 local finished = {}
+local now, now_us = redis_clock()
 local L = links_context(LINKS, {
   job_prefix = job_prefix, ready = READY, notify = notify, schedule = schedule,
-  schedule_wake = schedule_wake, now = redis_clock(), result_ttl_ms = result_ttl_ms,
-  finished = finished,
+  schedule_wake = schedule_wake, now = now, result_ttl_ms = result_ttl_ms,
+  finished = finished, fair = fair_context(tenants, notify, now_us),
 })
 for i = OUTCOMES, #ARGV, 3 do
   local outcome = ARGV[i + 2]

@@ -1,6 +1,8 @@
 --[[ enqueue_linked: write jobs linked to others: jobs of a group (run one at a time, in
-enqueue order) and the jobs of a workflow (parents that wait for their children). What
-their outcomes set off is include/links.lua's; plain jobs go through enqueue.lua.
+enqueue order) and the jobs of a workflow (parents that wait for their children); and the
+jobs of tenants (.options(tenant=...): made ready on their tenant's list, include/fair.lua),
+linked or not. What their outcomes set off is include/links.lua's; plain jobs go through
+enqueue.lua.
 
 Ids work as in enqueue.lua: a job whose id has a record (or is in a done hash) is skipped,
 so a resent call writes nothing twice, and a skipped child never counts in its parent. A
@@ -25,13 +27,14 @@ KEYS[6..10]  links                the keys of include/links.lua, as QueueKeys.li
              waiting        STRING how many jobs wait (every job here is written waiting,
                                   and counted, then made ready if it need not wait)
 KEYS[11..20] ready          LIST  ready lists of priorities 0..9
+KEYS[21]     tenants        ZSET  tenant -> its queued jobs; the prefix of the fair keys
 ARGV[1]      count          jobs in this call
 ARGV[2]      span_ms        the idempotency window of completed jobs with no result
 ARGV[3]      seal           ids of parents to seal after this call's jobs (space-separated)
 ARGV[4]      result_ttl_ms  how long a barrier's record is kept once it completes
 ARGV[5]      settled_channel  the queue's settled channel: barriers completed by the seal
                             are announced there
-ARGV[6..]    jobs           twelve per job:
+ARGV[6..]    jobs           thirteen per job:
   .id               its id
   .payload          JSON; '' for a barrier (a parent with no task)
   .priority         as in enqueue.lua, and the next three too
@@ -47,6 +50,7 @@ ARGV[6..]    jobs           twelve per job:
                     are counted: its outcome is handed off there
   .remote_children  how many of a parent's children are on other queues: counted now,
                     as they cannot be when they are written
+  .tenant           '' for none; else its tenant (record field tn)
 
 Returns {created_1, state_1, created_2, ...} as enqueue.lua does; a child not written
 because a parent of it is sealed already (its workflow was written before) says 'sealed'.
@@ -55,14 +59,17 @@ because a parent of it is sealed already (its workflow was written before) says 
 -- @include links
 -- @include new_job
 -- @include settled
+-- @include fair
 local notify, schedule, schedule_wake = KEYS[1], KEYS[2], KEYS[3]
 local job_prefix, done_prefix, LINKS, READY = KEYS[4], KEYS[5], 6, 11
+local tenants = KEYS[21]
 local count, span_ms, seal = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local result_ttl_ms, settled_channel, JOBS = tonumber(ARGV[4]), ARGV[5], 6
-local now = redis_clock()
+local now, now_us = redis_clock()
 local L = links_context(LINKS, {
   job_prefix = job_prefix, ready = READY, notify = notify, schedule = schedule,
   schedule_wake = schedule_wake, now = now, result_ttl_ms = result_ttl_ms, finished = {},
+  fair = fair_context(tenants, notify, now_us),
 })
 local out = {}
 
@@ -88,7 +95,7 @@ local function joins(parents, index)
 end
 
 for i = 1, count do
-  local base = JOBS + (i - 1) * 12 -- the job's twelve fields, as the header lists them
+  local base = JOBS + (i - 1) * 13 -- the job's thirteen fields, as the header lists them
   local id, payload, priority = ARGV[base], ARGV[base + 1], ARGV[base + 2]
   local delay_ms, due_ms = tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5])
   local group, parents, parent = ARGV[base + 6], ARGV[base + 7], ARGV[base + 9]
@@ -103,8 +110,11 @@ for i = 1, count do
     out[2 * i - 1], out[2 * i] = 0, existing
   else
     local due = due_time(now, delay_ms, due_ms)
-    redis.call('HSET', key, 's', 'waiting', 'm', ARGV[base + 3], 'pr', priority,
-      'et', now, 'k', 1) -- k: it has links (ack reads them only then)
+    redis.call('HSET', key, 's', 'waiting', 'm', ARGV[base + 3], 'pr', priority, 'et', now)
+    if group ~= '' or parents ~= '' or parent ~= '' then
+      redis.call('HSET', key, 'k', 1) -- it has links (ack reads them only then)
+    end
+    if ARGV[base + 12] ~= '' then redis.call('HSET', key, 'tn', ARGV[base + 12]) end
     redis.call('INCR', L.waiting)
     if payload ~= '' then redis.call('HSET', key, 'p', payload) end
     if due > now then redis.call('HSET', key, 'du', due) end

@@ -1,7 +1,9 @@
 --[[ reclaim: return jobs whose lease expired (their worker died or stalled) to the front
 of their ready list, or bury them once they have used all their attempts, so that a job
 that keeps killing its worker cannot loop forever. The attempt was counted at take time.
-A job whose abort was requested ends cancelled instead.
+A job whose abort was requested ends cancelled instead. A tenant's job goes back to the
+front of its tenant's list, and each lease reclaimed counts off its tenant's running jobs
+(include/fair.lua: a tenant held by its cap may start again).
 
 KEYS[1]      active      ZSET  job id -> lease deadline (ms)
 KEYS[2]      dead        ZSET  job id -> time buried (ms)
@@ -17,6 +19,7 @@ KEYS[18..22] links             the keys of include/links.lua, as QueueKeys.links
              inputs_prefix     prefix of the parents' inputs hashes
              handoff     ZSET  outcomes for parents on other queues, to deliver there
              waiting     STRING how many jobs wait (behind a group, or for children)
+KEYS[23]     tenants     ZSET  tenant -> its queued jobs; the prefix of the fair keys
 ARGV[1] limit                  max jobs per call
 ARGV[2] default_max_attempts   for jobs enqueued without their own maximum (m = 0); a
                                job with m < 0 retries forever and is never buried here
@@ -30,19 +33,22 @@ the caller's to run). Jobs buried or cancelled here set off their links (include
 ]]
 -- @include clock
 -- @include record
--- @include ready
 -- @include history
 -- @include settled
 -- @include links
+-- @include fair
 local active, dead, notify, job_prefix, READY = KEYS[1], KEYS[2], KEYS[3], KEYS[4], 5
 local history_prefix, schedule, schedule_wake, LINKS = KEYS[15], KEYS[16], KEYS[17], 18
+local tenants = KEYS[23]
 local limit, default_max_attempts = tonumber(ARGV[1]), tonumber(ARGV[2])
 local result_ttl_ms, history_ms, settled_channel = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
-local now = redis_clock()
+local now, now_us = redis_clock()
 local finished = {}
+local F = fair_context(tenants, notify, now_us)
 local L = links_context(LINKS, {
   job_prefix = job_prefix, ready = READY, notify = notify, schedule = schedule,
   schedule_wake = schedule_wake, now = now, result_ttl_ms = result_ttl_ms, finished = finished,
+  fair = F,
 })
 
 local expired = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, limit)
@@ -53,7 +59,7 @@ for i = 1, #expired do
   local key = job_prefix .. id
   redis.call('ZREM', active, id)
   local record = redis.call('HMGET', key, 's', 'n', 'm', 'pr', 'ab', 'p', 'g', 'pa', 'pi', 'pt',
-    'pq')
+    'pq', 'tn')
   if record[1] == 'active' and record[5] then
     local reason = error_json('JobCancelled', 'aborted while running (its worker was lost)')
     redis.call('HDEL', key, 'w')
@@ -81,11 +87,12 @@ for i = 1, #expired do
       out[n + 1], out[n + 2], out[n + 3], out[n + 4] = id, record[6] or '', attempts, max
     else
       redis.call('HSET', key, 's', 'queued', 'qt', now)
-      redis.call('LPUSH', ready_key(READY, record[4]), id)
+      push_ready(F, READY, id, record[4], record[12], true)
       redis.call('RPUSH', notify, 1)
       requeued = requeued + 1
     end
   end
+  if record[1] == 'active' and record[12] then fair_release(F, record[12]) end
 end
 out[1], out[2] = requeued, buried
 local cancelled = buried - (#out - 2) / 4

@@ -1,6 +1,6 @@
 --[[ reconcile: repair job records whose entry vanished (a server that evicted keys, a
 queue edited by hand), so that no job stays queued forever unnoticed: a queued job missing
-from its ready list goes back on it (with a notify token), a scheduled one missing from the
+from its ready list (or its tenant's) goes back on it (with a notify token), a scheduled one missing from the
 schedule becomes due now, an active one missing from the active set gets an expired lease
 (so that reclaim returns it), a job waiting behind a group whose holder is gone makes the
 group go on (include/links.lua). Looking for a queued job costs a scan of its ready list
@@ -18,6 +18,7 @@ KEYS[16..20] links             the keys of include/links.lua, as QueueKeys.links
              inputs_prefix     prefix of the parents' inputs hashes
              handoff     ZSET  outcomes for parents on other queues
              waiting     STRING how many jobs wait (behind a group, or for children)
+KEYS[21]     tenants     ZSET  tenant -> its queued jobs; the prefix of the fair keys
 ARGV[1..]    ids         job records to look at (found by SCAN), at most a few hundred a call
 
 Returns {looked_at, repaired}.
@@ -26,23 +27,26 @@ Returns {looked_at, repaired}.
 -- @include ready
 -- @include schedule
 -- @include links
+-- @include fair
 local schedule, active, notify, job_prefix, READY = KEYS[1], KEYS[2], KEYS[3], KEYS[4], 5
-local schedule_wake, LINKS, IDS = KEYS[15], 16, 1
-local now = redis_clock()
+local schedule_wake, LINKS, tenants, IDS = KEYS[15], 16, KEYS[21], 1
+local now, now_us = redis_clock()
 local repaired = 0
+local F = fair_context(tenants, notify, now_us)
 local L = links_context(LINKS, {
   job_prefix = job_prefix, ready = READY, notify = notify, schedule = schedule,
-  schedule_wake = schedule_wake, now = now, result_ttl_ms = 0, finished = {},
+  schedule_wake = schedule_wake, now = now, result_ttl_ms = 0, finished = {}, fair = F,
 })
 
 for i = IDS, #ARGV do
   local id = ARGV[i]
-  local record = redis.pcall('HMGET', job_prefix .. id, 's', 'pr', 'g')
+  local record = redis.pcall('HMGET', job_prefix .. id, 's', 'pr', 'g', 'tn')
   local state = (not record.err) and record[1]
   if state == 'queued' then
     local ready = ready_key(READY, record[2])
+    if record[4] then ready = fair_list(F, ready_level(record[2]), record[4]) end
     if not redis.call('LPOS', ready, id) then
-      redis.call('RPUSH', ready, id)
+      push_ready(F, READY, id, record[2], record[4])
       redis.call('RPUSH', notify, 1)
       repaired = repaired + 1
     end

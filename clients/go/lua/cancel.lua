@@ -1,9 +1,10 @@
 --[[ cancel: stop a job. A queued job is marked cancelled and its ready entry is skipped at
 take time (O(1), no scan of the list; the skipped hash says how many such entries each
-ready list holds, so that counts stay true); a scheduled job leaves the schedule (O(log n)); a
-running job is marked for abort (field ab) and its id is published on the queue's abort
-channel, so that whichever worker runs it cancels its asyncio task at once (workers that
-miss the message see the mark when they renew leases, and reclaim honours it).
+priority's lists hold, a tenant's included, so that counts stay true); a scheduled job
+leaves the schedule (O(log n)); a running job is marked for abort (field ab) and its id is
+published on the queue's abort channel, so that whichever worker runs it cancels its
+asyncio task at once (workers that miss the message see the mark when they renew leases,
+and reclaim honours it).
 
 A job waiting (behind its group, or for its children) is cancelled at once. Whatever the
 job was, its links follow (include/links.lua): its group passes on, its parents count it
@@ -21,6 +22,8 @@ KEYS[6..10]  links                the keys of include/links.lua, as QueueKeys.li
              handoff        ZSET  outcomes for parents on other queues, to deliver there
              waiting        STRING how many jobs wait (behind a group, or for children)
 KEYS[11..20] ready          LIST  ready lists of priorities 0..9
+KEYS[21]     tenants        ZSET  tenant -> its queued jobs (a cancelled one no longer
+                                  counts); the prefix of the fair keys (include/fair.lua)
 ARGV[1] id
 ARGV[2] result_ttl_ms  how long a cancelled scheduled record is kept (0: deleted). A
                        queued one keeps its record until take skips its ready entry.
@@ -104,10 +107,227 @@ end
 --
 -- L, the caller's keys and values (links_context): job_prefix, ready (index in KEYS of the
 -- ready list of priority 0), notify, schedule, schedule_wake, now, result_ttl_ms,
--- finished (a list: ids to announce on the settled channel), and the five link keys:
+-- finished (a list: ids to announce on the settled channel), fair (include/fair.lua's
+-- context: a tenant's job made ready goes on its tenant's list), and the five link keys:
 -- groups, group_prefix, inputs_prefix, handoff, waiting (the count of waiting jobs);
 -- handed_off is set when an outcome went to the handoff ZSET.
+-- fair: the jobs of tenants (.options(tenant=...), record field tn), served round-robin
+-- within each priority by take.lua. A tenant's ready job waits on its tenant's own list at
+-- its priority, not on the queue's ready list; each priority level has a ring of the
+-- tenants with jobs on their lists there that may start now. A take serves a ring's head
+-- for its turn (its weight's worth of jobs), then moves it to the back; a tenant whose
+-- list runs empty leaves the ring (and its list key goes with its last entry), so a take
+-- costs the same however many tenants have nothing ready. Plain jobs pay nothing for this:
+-- they stay on the queue's ready lists, which a level shares with its ring as one member
+-- more ('') once it has one (take.lua). (enqueue.lua's hand-off of a new plain job to an
+-- idle worker does not look at the tenants' lists: a worker idles only once nothing it may
+-- take is ready, so no more than a tenant's job enqueued in the same round trip is passed.)
+--
+-- A tenant's limits (a cap on its jobs leased at once, a rate of starts) hold for every
+-- worker: a tenant they hold leaves the rings as it comes up (its levels noted in held),
+-- and goes back when a lease of it ends (fair_release: ack, reclaim) or its rate allows
+-- (fair_wake_due: a take or a promotion once it is due), with wake-up tokens for its jobs.
+--
+-- The keys, all derived from the `tenants` key a script declares (core/keys.py names the
+-- same):
+--   tenants               ZSET   tenant -> its queued jobs (cancelled ones not counted)
+--   tenants:ready         HASH   priority -> entries on the tenants' lists there (a
+--                                cancelled job's until take skips it, as the skipped hash)
+--   tenants:ring:<p>      LIST   the tenants that may start at priority p, in turn order;
+--                                '' stands for the queue's ready list of p (take.lua)
+--   tenants:jobs:<p>:<t>  LIST   tenant t's ready job ids at priority p, FIFO
+--   tenants:turn          HASH   p -> jobs the head of ring p had in its turn so far;
+--                                'plain:<p>' -> 1 while '' is on ring p
+--   tenants:running       HASH   tenant -> its jobs leased now (no field at 0)
+--   tenants:held          HASH   tenant -> the priorities it left the rings at while its
+--                                limits held it ('' if none yet): present while held
+--   tenants:due           ZSET   tenant held by its rate -> when it may start (ms)
+--   tenants:rate:<t>      STRING tenant t's rate's TAT (include/gcra.lua), expiring
+--   tenants:weights       HASH   tenant -> its weight: jobs per turn (absent: 1)
+--   tenants:limits        HASH   tenant -> "<max_running> <interval_us> <burst>" (0: none);
+--                                field '' -> the default of every tenant without its own
+-- gcra: a rate of one start every `interval` microseconds with bursts of up to `burst`,
+-- kept by GCRA on the Redis clock in a key holding the theoretical arrival time (TAT, epoch
+-- microseconds): the queue's rate (take.lua) and each tenant's (include/fair.lua). All in
+-- whole microseconds: exact in a double (epoch ms with fractions lost a few 1e-4 ms, enough
+-- to refuse every start of a "3/s" limit).
+-- A start that comes late (a held-back worker's timer, a round trip) keeps its place in the
+-- schedule, up to GCRA_LATE_US late in all (the burst's own tolerance counted): the next
+-- start is due one interval after the late one's due time, not after its arrival, so a
+-- rate is delivered whatever the workers' lateness (GCRA resets TAT to now: with burst 1
+-- each late start was lost for good: 2 ms a start cost a 100/s limit 15-19 % of its rate).
+-- Later than that (a quiet spell), the schedule starts afresh from now, with the burst. Over
+-- any window, starts never run ahead of the rate by more than the burst or GCRA_LATE_US's
+-- worth, whichever is more.
+local GCRA_LATE_US = 20000
+
+-- How many may start now, the TAT they count from, and how far in the past a TAT is kept
+-- (GCRA_LATE_US less the burst's tolerance): the k-th start now is allowed while
+-- tat + (k - 1) * interval <= now + tau, tau = (burst - 1) * interval.
+local function gcra_allowed(key, now_us, interval, burst)
+  local late_us = math.max(0, GCRA_LATE_US - interval * (burst - 1))
+  local tat = now_us
+  local stored = tonumber(redis.call('GET', key) or 0)
+  if stored >= now_us - late_us then tat = stored end
+  return math.max(0, math.floor((now_us + interval * burst - tat) / interval)), tat, late_us
+end
+
+-- `count` starts spent from `tat`: the new TAT, kept while it can still be credited to a
+-- late start. Returns it.
+local function gcra_spend(key, now_us, tat, count, interval, late_us)
+  tat = tat + count * interval
+  local ttl_ms = math.max(1, math.ceil((tat + late_us - now_us) / 1000) + 1)
+  redis.call('SET', key, string.format('%.0f', tat), 'PX', ttl_ms)
+  return tat
+end
+
+-- When (Redis-clock ms) the next start is allowed: once tat - tau <= now.
+local function gcra_next_ms(tat, interval, burst)
+  return math.ceil((tat - interval * (burst - 1)) / 1000)
+end
+-- notify: one wake-up token per job made ready, so that as many blocked workers wake.
+local function push_tokens(notify, count)
+  if count == 1 then
+    redis.call('RPUSH', notify, 1)
+  elseif count > 1 then
+    local tokens = {}
+    for i = 1, count do tokens[i] = 1 end
+    redis.call('RPUSH', notify, unpack(tokens))
+  end
+end
 -- (ready: included above)
+
+local FAIR_TOKENS = 1000 -- the most wake-up tokens a tenant's return pushes
+
+-- The fair keys of a queue, from the `tenants` key its script declares. `notify`: where
+-- the wake-up tokens of a tenant's return go; `now_us`: the Redis clock. A key's name is
+-- made when first used (a plain job's script names two at most).
+local FAIR_KEYS = {
+  ready = ':ready', turn = ':turn', running = ':running', held = ':held', due = ':due',
+  weights = ':weights', limits = ':limits', ring_prefix = ':ring:', jobs_prefix = ':jobs:',
+  rate_prefix = ':rate:',
+}
+local FAIR_NAMES = {__index = function(F, name)
+  local suffix = FAIR_KEYS[name]
+  if not suffix then return nil end
+  local key = F.tenants .. suffix
+  rawset(F, name, key)
+  return key
+end}
+local function fair_context(tenants, notify, now_us)
+  return setmetatable({tenants = tenants, notify = notify, now_us = now_us, known = {}},
+    FAIR_NAMES)
+end
+
+-- Tenant t's list of ready jobs at priority `level` (0..9).
+local function fair_list(F, level, tenant)
+  return F.jobs_prefix .. level .. ':' .. tenant
+end
+
+-- A tenant's limits, {max_running, interval_us, burst} (0: none), its own or the default;
+-- false if it has none. Read once per call.
+local function tenant_limits(F, tenant)
+  local limits = F.known[tenant]
+  if limits == nil then
+    local fields = redis.call('HMGET', F.limits, tenant, '')
+    local c, u, b = string.match(fields[1] or fields[2] or '', '^(%d+) (%d+) (%d+)$')
+    limits = c ~= nil and {tonumber(c), tonumber(u), tonumber(b)}
+    F.known[tenant] = limits
+  end
+  return limits
+end
+
+-- How many of the tenant's jobs may start now (math.huge: no limit); when none may, the ms
+-- at which its rate allows one (0: its cap holds it, until a lease of it ends). With a
+-- rate, also the TAT and late_us to spend it from (gcra_spend).
+local function tenant_room(F, tenant)
+  local limits = tenant_limits(F, tenant)
+  if not limits then return math.huge, 0 end
+  local room = math.huge
+  if limits[1] > 0 then
+    room = limits[1] - tonumber(redis.call('HGET', F.running, tenant) or 0)
+    if room <= 0 then return 0, 0 end
+  end
+  if limits[2] == 0 then return room, 0 end
+  local allowed, tat, late_us = gcra_allowed(F.rate_prefix .. tenant, F.now_us, limits[2],
+    limits[3])
+  if allowed <= 0 then return 0, gcra_next_ms(tat, limits[2], limits[3]) end
+  return math.min(room, allowed), 0, tat, late_us
+end
+
+-- Job `id` of `tenant` is ready at `priority`: on its tenant's list there (at the front
+-- with `front`), and the tenant on that level's ring if its list was empty, unless its
+-- limits hold it (then the level is noted for its return). The caller pushes the job's
+-- wake-up token.
+local function fair_push(F, id, priority, tenant, front)
+  local level = ready_level(priority)
+  local length = redis.call(front and 'LPUSH' or 'RPUSH', fair_list(F, level, tenant), id)
+  redis.call('HINCRBY', F.ready, level, 1)
+  redis.call('ZINCRBY', F.tenants, 1, tenant)
+  if length == 1 then
+    local levels = redis.call('HGET', F.held, tenant)
+    if levels then -- (not noted yet: its list was empty)
+      redis.call('HSET', F.held, tenant, levels .. level)
+    else
+      redis.call('RPUSH', F.ring_prefix .. level, tenant)
+    end
+  end
+end
+
+-- A job made ready: on its tenant's list if it has one (`tenant`: its field tn), else on
+-- the ready list of its priority (KEYS[ready_first + priority]).
+local function push_ready(F, ready_first, id, priority, tenant, front)
+  if tenant then
+    fair_push(F, id, priority, tenant, front)
+  else
+    redis.call(front and 'LPUSH' or 'RPUSH', ready_key(ready_first, priority), id)
+  end
+end
+
+-- A tenant's jobs held by its limits may start again: it goes back on the rings it left,
+-- with wake-up tokens for what it may start now; if they still hold it, it stays held (by
+-- its rate: due when that allows a start).
+local function fair_unhold(F, tenant)
+  local levels = redis.call('HGET', F.held, tenant)
+  if not levels then return end
+  local room, due = tenant_room(F, tenant)
+  if room <= 0 then
+    if due > 0 then redis.call('ZADD', F.due, due, tenant) end
+    return
+  end
+  redis.call('HDEL', F.held, tenant)
+  redis.call('ZREM', F.due, tenant)
+  local ready = 0
+  for level in string.gmatch(levels, '%d') do
+    local entries = redis.call('LLEN', fair_list(F, level, tenant))
+    if entries > 0 then
+      redis.call('RPUSH', F.ring_prefix .. level, tenant)
+      ready = ready + entries
+    end
+  end
+  push_tokens(F.notify, math.min(ready, room, FAIR_TOKENS))
+end
+
+-- A lease of the tenant's ended (settled, or reclaimed): one fewer running, which may let
+-- it start again.
+local function fair_release(F, tenant)
+  if redis.call('HINCRBY', F.running, tenant, -1) <= 0 then
+    redis.call('HDEL', F.running, tenant)
+  end
+  fair_unhold(F, tenant)
+end
+
+-- Tenants held by their rate whose time has come (by `now`, ms) go back, up to `limit`.
+-- Returns when the next is due (ms), or -1.
+local function fair_wake_due(F, now, limit)
+  local due = redis.call('ZRANGEBYSCORE', F.due, '-inf', now, 'LIMIT', 0, limit)
+  for i = 1, #due do
+    redis.call('ZREM', F.due, due[i])
+    fair_unhold(F, due[i])
+  end
+  local head = redis.call('ZRANGE', F.due, 0, 0, 'WITHSCORES')
+  return tonumber(head[2] or -1)
+end
 -- (record: included above)
 -- schedule: put job `id` on the schedule, due at `due` (ms), in FIFO order among the jobs
 -- due in the same millisecond: its score is `due` plus a fraction of a millisecond just
@@ -119,6 +339,11 @@ end
 -- most one token: one is enough to make every waiting promoter re-read the schedule.
 local TIE = 1 / 1024
 
+-- Wake the sleeping promoters: something falls due at `due`, before what they wait for.
+local function wake_promoters(schedule_wake, due)
+  if redis.call('LLEN', schedule_wake) == 0 then redis.call('RPUSH', schedule_wake, due) end
+end
+
 local function schedule_at(schedule, schedule_wake, id, due, flag)
   local score = due
   local last = redis.call('ZREVRANGEBYSCORE', schedule, '(' .. (due + 1), due, 'WITHSCORES',
@@ -129,10 +354,7 @@ local function schedule_at(schedule, schedule_wake, id, due, flag)
   else
     redis.call('ZADD', schedule, score, id)
   end
-  local head = redis.call('ZRANGE', schedule, 0, 0)
-  if head[1] == id and redis.call('LLEN', schedule_wake) == 0 then
-    redis.call('RPUSH', schedule_wake, due)
-  end
+  if redis.call('ZRANGE', schedule, 0, 0)[1] == id then wake_promoters(schedule_wake, due) end
 end
 
 -- The caller's context, its five link keys read from KEYS[first .. first + 4], in the
@@ -144,7 +366,8 @@ local function links_context(first, L)
 end
 
 -- A job that waited (behind its group, or for its children) goes ahead: ready now, or on
--- the schedule if it was enqueued with a later due time (field du).
+-- the schedule if it was enqueued with a later due time (field du); a tenant's job (field
+-- tn) on its tenant's list.
 local function make_ready(L, id, key, priority, due)
   redis.call('DECR', L.waiting)
   if due and due > L.now then
@@ -152,7 +375,7 @@ local function make_ready(L, id, key, priority, due)
     schedule_at(L.schedule, L.schedule_wake, id, due)
   else
     redis.call('HSET', key, 's', 'queued', 'qt', L.now)
-    redis.call('RPUSH', ready_key(L.ready, priority), id)
+    push_ready(L.fair, L.ready, id, priority, redis.call('HGET', key, 'tn'))
     redis.call('RPUSH', L.notify, 1)
   end
 end
@@ -285,13 +508,14 @@ local function follow_links(L, id, ok, data, g, pa, pi, pt, pq, buried)
   if pt and not buried then redis.call('DEL', L.inputs_prefix .. id) end
   if pa then report_to_parents(L, pa, pi, ok, data, pq) end
 end
+-- (fair: included above)
 local job_prefix, schedule, skipped, notify = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local schedule_wake, LINKS, READY = KEYS[5], 6, 11
+local schedule_wake, LINKS, READY, tenants = KEYS[5], 6, 11, KEYS[21]
 local id, result_ttl_ms, abort_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local settled_channel = ARGV[4]
 local job = job_prefix .. id
 
-local record = redis.call('HMGET', job, 's', 'g', 'pa', 'pi', 'pt', 'pq', 'pr')
+local record = redis.call('HMGET', job, 's', 'g', 'pa', 'pi', 'pt', 'pq', 'pr', 'tn')
 local state = record[1]
 if not state then return {-1, ''} end
 if state == 'active' then
@@ -301,16 +525,21 @@ if state == 'active' then
 end
 if state ~= 'queued' and state ~= 'scheduled' and state ~= 'waiting' then return {0, state} end
 
-local now = redis_clock()
+local now, now_us = redis_clock()
 local finished = {id}
+local F = fair_context(tenants, notify, now_us)
 local L = links_context(LINKS, {
   job_prefix = job_prefix, ready = READY, notify = notify, schedule = schedule,
   schedule_wake = schedule_wake, now = now, result_ttl_ms = result_ttl_ms, finished = finished,
+  fair = F,
 })
 local reason = error_json('JobCancelled', 'cancelled before it ran')
 redis.call('HSET', job, 's', 'cancelled', 'ft', now, 'e', reason)
 if state == 'queued' then -- its ready entry stays until take skips it
   redis.call('HINCRBY', skipped, ready_level(record[7]), 1)
+  if record[8] and tonumber(redis.call('ZINCRBY', tenants, -1, record[8])) <= 0 then
+    redis.call('ZREM', tenants, record[8])
+  end
 else -- no entry left anywhere (a group's list skips it): the record may expire now
   if state == 'scheduled' then redis.call('ZREM', schedule, id) else redis.call('DECR', L.waiting) end
   expire_record(job, result_ttl_ms)

@@ -16,10 +16,11 @@
 --
 -- L, the caller's keys and values (links_context): job_prefix, ready (index in KEYS of the
 -- ready list of priority 0), notify, schedule, schedule_wake, now, result_ttl_ms,
--- finished (a list: ids to announce on the settled channel), and the five link keys:
+-- finished (a list: ids to announce on the settled channel), fair (include/fair.lua's
+-- context: a tenant's job made ready goes on its tenant's list), and the five link keys:
 -- groups, group_prefix, inputs_prefix, handoff, waiting (the count of waiting jobs);
 -- handed_off is set when an outcome went to the handoff ZSET.
--- @include ready
+-- @include fair
 -- @include record
 -- @include schedule
 
@@ -32,7 +33,8 @@ local function links_context(first, L)
 end
 
 -- A job that waited (behind its group, or for its children) goes ahead: ready now, or on
--- the schedule if it was enqueued with a later due time (field du).
+-- the schedule if it was enqueued with a later due time (field du); a tenant's job (field
+-- tn) on its tenant's list.
 local function make_ready(L, id, key, priority, due)
   redis.call('DECR', L.waiting)
   if due and due > L.now then
@@ -40,7 +42,7 @@ local function make_ready(L, id, key, priority, due)
     schedule_at(L.schedule, L.schedule_wake, id, due)
   else
     redis.call('HSET', key, 's', 'queued', 'qt', L.now)
-    redis.call('RPUSH', ready_key(L.ready, priority), id)
+    push_ready(L.fair, L.ready, id, priority, redis.call('HGET', key, 'tn'))
     redis.call('RPUSH', L.notify, 1)
   end
 end

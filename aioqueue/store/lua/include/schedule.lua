@@ -8,6 +8,11 @@
 -- most one token: one is enough to make every waiting promoter re-read the schedule.
 local TIE = 1 / 1024
 
+-- Wake the sleeping promoters: something falls due at `due`, before what they wait for.
+local function wake_promoters(schedule_wake, due)
+  if redis.call('LLEN', schedule_wake) == 0 then redis.call('RPUSH', schedule_wake, due) end
+end
+
 local function schedule_at(schedule, schedule_wake, id, due, flag)
   local score = due
   local last = redis.call('ZREVRANGEBYSCORE', schedule, '(' .. (due + 1), due, 'WITHSCORES',
@@ -18,8 +23,5 @@ local function schedule_at(schedule, schedule_wake, id, due, flag)
   else
     redis.call('ZADD', schedule, score, id)
   end
-  local head = redis.call('ZRANGE', schedule, 0, 0)
-  if head[1] == id and redis.call('LLEN', schedule_wake) == 0 then
-    redis.call('RPUSH', schedule_wake, due)
-  end
+  if redis.call('ZRANGE', schedule, 0, 0)[1] == id then wake_promoters(schedule_wake, due) end
 end

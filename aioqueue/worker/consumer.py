@@ -100,6 +100,11 @@ class QueueConsumer(Component):
         """The queue ran out of work (as far as this worker knows)."""
         return self._dry
 
+    @property
+    def taking(self) -> bool:
+        """A take call is out: the jobs it leases are neither ready nor running yet."""
+        return self._state.out > 0
+
     def loops(self) -> list[Coroutine[Any, Any, None]]:
         return [self._fetch_loop()]
 
@@ -298,6 +303,11 @@ class QueueConsumer(Component):
             until = (min(due.values()) - now_ms) / 1000
             await wait_event(self.stopping, min(RETRY_WAIT_MAX, max(0.0, until)))
         return bool(due)
+
+
+def any_taking(consumers: Iterable[object]) -> bool:
+    """Burst mode: is a take call out on any of these queues?"""
+    return any(isinstance(consumer, QueueConsumer) and consumer.taking for consumer in consumers)
 
 
 async def any_ready(consumers: Iterable[object]) -> bool:

@@ -34,7 +34,7 @@ from ..core.settings import WORKER_DEFAULTS, WorkerSettings
 from ..store import reads, stored_limits
 from .aborts import AbortListener
 from .acks import AckBatcher
-from .consumer import QueueConsumer, any_ready
+from .consumer import QueueConsumer, any_ready, any_taking
 from .contact import reach_redis
 from .delivery import HandOff
 from .heartbeat import Heartbeat
@@ -348,12 +348,24 @@ class Worker:
 
     async def _burst_busy(self) -> bool:
         """Burst mode: may work still to come make jobs ready on a queue found dry? A job
-        running, unacked or ready on another queue (a workflow's child, whose parent may be
-        here), or an outcome still to hand off."""
-        if self.running or not all(acks.idle for acks in self._acks):
+        taken, running, unacked or ready on another queue (a workflow's child, whose parent
+        may be here), or an outcome still to hand off."""
+        landed = sum(acks.landed for acks in self._acks)
+        if self._holding_work():
             return True
         handing = self._handoff is not None and await self._handoff.pending()
-        return handing or await any_ready(self._consumers)
+        if handing or await any_ready(self._consumers):
+            return True
+        # Jobs may have been taken, run and acked during those reads (handing outcomes off
+        # after the look at the handoffs): then look again.
+        return self._holding_work() or sum(acks.landed for acks in self._acks) != landed
+
+    def _holding_work(self) -> bool:
+        return (
+            bool(self.running)
+            or not all(acks.idle for acks in self._acks)
+            or any_taking(self._consumers)
+        )
 
     async def _stop_when_drained(self) -> None:
         await asyncio.gather(*(consumer.join() for consumer in self._consumers))

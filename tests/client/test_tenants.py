@@ -308,6 +308,7 @@ async def _running(queue: aioqueue.Queue) -> bool:
     return (await queue.counts()).active == 1
 
 
+@pytest.mark.real_redis("a worker process of its own")
 async def test_a_sigkilled_worker_s_lease_counts_against_its_tenant_until_reclaimed(
     redis_url: str, prefix: str, redis: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:

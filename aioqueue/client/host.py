@@ -7,10 +7,8 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 
-from redis.exceptions import RedisError
-
 from ..store import deadline
-from ..store.connection import failure
+from ..store.connection import CALL_FAILURES, failure
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -62,15 +60,19 @@ def clear_errors(
     method: Callable[Concatenate[H, P], Coroutine[Any, Any, R]],
 ) -> Callable[Concatenate[H, P], Coroutine[Any, Any, R]]:
     """A Redis failure of a queue's read or admin call raised as an aioqueue error that
-    names the server and the cause (ServerUnavailable, AuthenticationFailed, ...); the
-    call has one deadline in all, retries included (the App's ``call_timeout``)."""
+    names the server and the cause (ServerUnavailable, AuthenticationFailed, ...; a
+    connection closed under the call too); the call has one deadline in all, retries
+    included (the App's ``call_timeout``)."""
 
     @functools.wraps(method)
     async def call(self: H, /, *args: P.args, **kwargs: P.kwargs) -> R:
         try:
             async with deadline.within(self._host.settings.call_timeout, "call_timeout"):
                 return await method(self, *args, **kwargs)
-        except RedisError as exc:
-            raise failure(exc, self._host.redis_url or "") or exc from exc
+        except CALL_FAILURES as exc:
+            mapped = failure(exc, self._host.redis_url or "")
+            if mapped is None:
+                raise  # (a bug: as it is)
+            raise mapped from exc
 
     return call

@@ -18,13 +18,11 @@ import functools
 import logging
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
-from redis.exceptions import RedisError
-
 from ..core.errors import ConfigError, UnknownTask
 from ..core.lifecycle import LinkedJob
 from ..store import deadline
 from ..store.batching import EnqueueBatcher
-from ..store.connection import failure
+from ..store.connection import CALL_FAILURES, failure
 from ..store.scripts import admin, links
 from . import enqueue
 from .admin import QueueAdmin
@@ -165,7 +163,7 @@ class Queue(QueueAdmin):
                 else:
                     async with self._deadline():
                         results = await self._batcher.submit_many(new)
-            except RedisError as exc:
+            except CALL_FAILURES as exc:
                 raise self._failure(exc, [job.id for job in new]) from exc
         if self._host.eager_mode.on:
             await self._host.eager_mode.run()
@@ -209,14 +207,14 @@ class Queue(QueueAdmin):
                 job_id, state = await admin.debounce(
                     redis, self.keys, key, new, window_ms=window_ms
                 )
-        except RedisError as exc:
+        except CALL_FAILURES as exc:
             raise self._failure(exc, [key]) from exc
         return Job(self, job_id, created=state == "scheduled")
 
     async def _write_grouped(self, options: JobOptions, new: NewJob) -> Job[Any]:
         try:
             [result] = await self._write_linked([_linked(new, options)])
-        except RedisError as exc:
+        except CALL_FAILURES as exc:
             raise self._failure(exc, [new.id]) from exc
         return Job(self, new.id, created=result.created)
 
@@ -236,7 +234,7 @@ class Queue(QueueAdmin):
         try:  # (armed by the batcher: see store.batching)
             with deadline.bound(timeout, "enqueue_timeout", patient=True):
                 result = await self._batcher.submit(new)
-        except RedisError as exc:
+        except CALL_FAILURES as exc:
             raise self._failure(exc, [new.id]) from exc
         return Job(self, new.id, created=result.created)
 
@@ -260,7 +258,7 @@ class Queue(QueueAdmin):
         """An enqueue's one deadline, retries and waits (a failover, a slot move) included."""
         return deadline.within(self._host.settings.enqueue_timeout, "enqueue_timeout", patient=True)
 
-    def _failure(self, exc: RedisError, job_ids: list[str]) -> Exception:
+    def _failure(self, exc: Exception, job_ids: list[str]) -> Exception:
         """What an enqueue that Redis failed raises: an aioqueue error saying why and
         whether the jobs may have landed (or the Redis error itself: a bug)."""
         return failure(exc, self._host.redis_url or "", job_ids) or exc

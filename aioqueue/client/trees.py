@@ -11,11 +11,10 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisError
-
 from ..core.errors import ConfigError
 from ..core.lifecycle import LinkedJob, NewJob
 from ..store import reads
+from ..store.connection import CALL_FAILURES
 
 if TYPE_CHECKING:
     import contextlib
@@ -116,7 +115,7 @@ class JobTree:
                         return False
             for queue, parents in seals.items():
                 await queue._write_linked([], parents)
-        except RedisError as exc:
+        except CALL_FAILURES as exc:
             queue = self.jobs[0][0]
             raise queue._failure(exc, [linked.job.id for _, linked in self.jobs]) from exc
         return created

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 LEFTOVER_WAIT = 1.0  # seconds the exit waits for the tasks it cancels (see _cancel_leftovers)
+CLOSE_WAIT = 1.0  # seconds the exit waits for the app's connections to close (see _close)
 
 
 def worker_settings(app: App, args: argparse.Namespace) -> WorkerSettings:
@@ -110,8 +111,17 @@ async def _serve(app: App, worker: Worker) -> None:
         await worker.run(handle_signals=True)
     finally:
         _ignore_stop_signals()
-        await app.close()
+        await _close(app)
         await _cancel_leftovers()
+
+
+async def _close(app: App) -> None:
+    """Close the app's connections, waiting CLOSE_WAIT at most: a connection that Redis
+    holds up (it does not answer) closes with the process, a moment later."""
+    closing = asyncio.ensure_future(app.close())
+    done, _ = await asyncio.wait({closing}, timeout=CLOSE_WAIT)
+    if done:
+        closing.result()  # (what it raised, as before)
 
 
 def _ignore_stop_signals() -> None:

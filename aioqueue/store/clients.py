@@ -47,7 +47,8 @@ class InUse:
     listener: SettledListener | None = None
 
     async def aclose(self) -> None:
-        """Close the listener (through these clients: its wake message), then them."""
+        """Close the listener (through these clients: its wake message; bounded, a
+        stalled server is not waited for: ``SettledListener.close``), then them."""
         listener, self.listener = self.listener, None
         if listener is not None and listener.loop is asyncio.get_running_loop():
             await listener.close()

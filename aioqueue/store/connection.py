@@ -17,8 +17,11 @@ and decoding must never destroy them.
 
 from __future__ import annotations
 
+import asyncio
+import traceback
 from dataclasses import dataclass
 from inspect import signature
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -59,6 +62,10 @@ if TYPE_CHECKING:
     from ..core.settings import AppSettings
     from .sentinel import MasterWatch
 
+CALL_FAILURES: tuple[type[Exception], ...] = (RedisError, AttributeError, TypeError)
+"""What a call through redis-py raises when Redis or the connection fails: its own errors,
+and the AttributeError or TypeError of a connection closed under the call (see
+``lost_under_call``; ``failure`` tells those from a bug)."""
 RETRIES = 3
 SENTINEL_RETRIES = 8  # ~5 s of reconnecting: a failover's election takes a few seconds
 INTERNAL_MAX_CONNECTIONS = 4096  # a ceiling, not a target: internal demand is bounded
@@ -108,10 +115,30 @@ async def lines_closed(client: Redis) -> None:
     await close_lines(client)
 
 
-def failure(exc: RedisError, url: str, job_ids: list[str] | None = None) -> AioqueueError | None:
+_REDIS_PY = str(Path(redis.__file__).parent) + "/"
+_ASYNCIO = str(Path(asyncio.__file__).parent) + "/"
+
+
+def lost_under_call(exc: BaseException) -> bool:
+    """Whether ``exc`` is redis-py's AttributeError or TypeError of a connection closed
+    under a call: in redis-py 8.1, after a Cluster's topology changes (a failover), the
+    slot map's new read recycles connections that commands still hold ("'NoneType' object
+    has no attribute 'writelines'"). Raised in redis-py's code (or asyncio's, under it),
+    as opposed to a bug of aioqueue's or the caller's, which is raised elsewhere."""
+    if not isinstance(exc, AttributeError | TypeError):
+        return False
+    files = [frame.filename for frame in traceback.extract_tb(exc.__traceback__)]
+    inner = files[-1] if files else ""
+    return inner.startswith((_REDIS_PY, _ASYNCIO)) and any(f.startswith(_REDIS_PY) for f in files)
+
+
+def failure(exc: Exception, url: str, job_ids: list[str] | None = None) -> AioqueueError | None:
     """The aioqueue error for a Redis failure a user can act on, or None (a bug: let it
     be). ``job_ids``: an enqueue's, which any lost connection leaves unconfirmed: even
-    "cannot connect" may end retries whose first attempt went out and landed."""
+    "cannot connect" may end retries whose first attempt went out and landed. A
+    connection closed under the call (``lost_under_call``) is a lost connection."""
+    if lost_under_call(exc):
+        exc = RedisConnectionError(f"the connection closed under the call ({describe(exc)})")
     where, reason = mask_url(url), describe(exc)
     if isinstance(exc, AuthenticationError):
         return AuthenticationFailed(f"Redis at {where} refused the credentials: {reason}")

@@ -14,6 +14,12 @@ allows: it rides out a restart, a failover or a slot move it was given the time 
 Other calls also stop after the policy's few retries, so that a server that refuses
 connections is reported at once. Outside any call (a worker's own loops), a policy may
 have a default bound per command (the clients of user-driven calls do), or none.
+
+A step of a shutdown (a wake-up token, a last ack, a heartbeat cleared) must not hold the
+stop, and must not be cancelled either (cancelling many calls that share a client can
+leave them stuck in its pool for several socket timeouts): it runs ``detached``, in a
+task of its own under a deadline its retries respect, with no timer; its caller waits for
+it as long as it chooses and may leave it behind, to end by itself.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ..core.errors import describe
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Coroutine
     from types import TracebackType
 
     from redis.backoff import AbstractBackoff
@@ -151,6 +157,34 @@ class Keeping:
             deadline.armed = self._was_armed
             if self._token is not None:
                 _DEADLINE.reset(self._token)
+
+
+_DETACHED: set[asyncio.Task[Any]] = set()  # (a task nobody refers to may be collected)
+
+
+def detach(call: Coroutine[Any, Any, T], seconds: float) -> asyncio.Task[T]:
+    """Run ``call`` in a task of its own whose retries stop at ``seconds`` from now (a
+    ``bound``: no timer cancels it, so at worst it ends one socket timeout past that).
+    Its caller may stop waiting for it at any time: what it raises is then dropped."""
+    with bound(seconds):  # (the task copies the context, deadline included)
+        task = asyncio.get_running_loop().create_task(call)
+    _DETACHED.add(task)
+    task.add_done_callback(_detached_done)
+    return task
+
+
+async def settle_within(call: Coroutine[Any, Any, T], seconds: float) -> bool:
+    """``detach`` a call and wait for it at most ``seconds``: True if it ended in time
+    (whatever it raised is dropped), False if it was left behind."""
+    task = detach(call, seconds)
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    return bool(done)
+
+
+def _detached_done(task: asyncio.Task[Any]) -> None:
+    _DETACHED.discard(task)
+    if not task.cancelled():
+        task.exception()  # (retrieved: whoever waited for it may have left)
 
 
 class Unconfirmed(RedisConnectionError):

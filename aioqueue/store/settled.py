@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisClusterException, RedisError
 
 from ..core.errors import AioqueueError, describe
-from .pubsub import PING_AFTER, SILENCE_LIMIT, PubSubConnection
+from . import deadline
+from .pubsub import PING_AFTER, PubSubConnection
 from .routing import is_cluster
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ logger = logging.getLogger(__name__)
 
 RETRY_PAUSE = 0.5  # after a failed connection, before the next try
 CONFIRM_WITHIN = 2.0  # how long a waiter waits for its subscription to be confirmed
+CLOSE_WAIT = PING_AFTER * 2  # seconds a close waits for the reader (it looks every PING_AFTER)
 _LOST = (RedisError, RedisClusterException, OSError)  # the connection (or slot map) failed
 
 
@@ -106,20 +108,24 @@ class SettledListener:
 
     async def close(self) -> None:
         """Stop listening (without cancelling a redis-py call: a message on the
-        listener's own wake channel ends its wait)."""
+        listener's own wake channel ends its wait, or it ends by itself within PING_AFTER).
+        Bounded when Redis does not answer: the wake-up is not waited for, and a reader
+        still in a call after CLOSE_WAIT is left to end at its own timeout."""
         self._closing = True
         reader, self._reader = self._reader, None
         if reader is None:
             return
-        with contextlib.suppress(RedisError):
+        until = self.loop.time() + CLOSE_WAIT
+        wake = deadline.detach(self._wake_reader(), CLOSE_WAIT)
+        await asyncio.wait({reader}, timeout=CLOSE_WAIT)
+        await asyncio.wait({wake}, timeout=max(0.0, until - self.loop.time()))  # (its reply)
+        self._wake_all()
+
+    async def _wake_reader(self) -> None:
+        with contextlib.suppress(*_LOST):
             client = await self._client()
             if not is_cluster(client):  # (sharded listening checks _closing often)
                 await client.publish(self._wake_channel, b"stop")
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(asyncio.shield(reader), timeout=PING_AFTER * 2)
-        if not reader.done():  # the wake message did not arrive: its wait ends on its own
-            await asyncio.wait({reader}, timeout=SILENCE_LIMIT)
-        self._wake_all()
 
     async def _run(self) -> None:
         while not self._closing:

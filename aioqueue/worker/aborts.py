@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisClusterException, RedisError
 
-from ..core.errors import describe
 from ..store.pubsub import PubSubConnection
 from ..store.routing import is_cluster
 from .loops import RETRY_PAUSE, Component, wait_event
+from .outages import Outage
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Sequence
@@ -36,6 +36,8 @@ class AbortListener(Component):
     """Subscribes to the abort channels of a worker's queues and reports (queue, job id)
     for each message: a job id names a job within its queue only."""
 
+    name = "the abort listener"
+
     def __init__(
         self,
         redis: Redis,
@@ -50,6 +52,7 @@ class AbortListener(Component):
         self._queue_of = {keys.abort_channel.encode(): keys.name for keys in queues}
         self._wake_channel = queues[0].abort_wake(worker_id)  # a message here ends a wait
         self.listening = asyncio.Event()  # subscribed once: a cancel published now is heard
+        self._outage = Outage(logger, "listening for aborts", self.stopping.is_set)
 
     def loops(self) -> list[Coroutine[Any, Any, None]]:
         return [self._run()]
@@ -57,19 +60,15 @@ class AbortListener(Component):
     async def unblock(self) -> None:
         """End the wait for a message now (one on this listener's own wake channel; on a
         Redis Cluster, sharded listening has none and checks ``stopping`` often)."""
-        if is_cluster(self._redis):
-            return
-        try:
+        if not is_cluster(self._redis):  # (if it fails: it returns at its poll timeout)
             await self._redis.publish(self._wake_channel, b"stop")
-        except RedisError as exc:  # it then returns at its poll timeout
-            logger.warning("could not wake the abort listener: %s", describe(exc))
 
     async def _run(self) -> None:
         while not self.stopping.is_set():
             try:
                 await self._listen()
             except (RedisError, RedisClusterException, ConnectionError) as exc:  # leases cover it
-                logger.warning("abort channel lost (%s); subscribing again", describe(exc))
+                self._outage.failed(exc)  # (and subscribes again)
                 await wait_event(self.stopping, RETRY_PAUSE)
 
     async def _listen(self) -> None:
@@ -83,6 +82,7 @@ class AbortListener(Component):
             await subscriber.aclose()
 
     def _heard(self, message: dict[str, Any]) -> None:
+        self._outage.ended()  # (the server answers: a confirmation, a message or a PONG)
         queue = self._queue_of.get(message["channel"])
         if queue is not None and message["type"] == "message":
             self._on_abort(queue, bytes(message["data"]))

@@ -16,9 +16,11 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ..core.errors import LeaseLost, describe
+from ..core.errors import LeaseLost
+from ..store import deadline
 from ..store.scripts import leasing
 from .loops import CLIENT_FAILURES, RETRY_PAUSE, Component, wait_first
+from .outages import Outage
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Iterable, Sequence
@@ -32,16 +34,25 @@ logger = logging.getLogger(__name__)
 
 MAX_ACK_BATCH = 500  # bounds one ack script's run time inside Redis
 MAX_EXTEND_BATCH = 1000  # bounds one lease renewal's run time inside Redis
-GIVE_UP_AFTER = 30.0  # at shutdown, stop retrying acks after this long without Redis
+FLUSH_WAIT = 5.0  # seconds a stop tries to land the last acks (the worker: call_timeout)
 
 
 class Batcher(Component):
-    """Holds leased jobs and settles them in batches (``_ack`` sends one batch)."""
+    """Holds leased jobs and settles them in batches (``_ack`` sends one batch).
+    ``flush_wait``: how long a stop tries to land the last acks (``stop``)."""
 
-    def __init__(self, redis: Redis, name: str, *, track_retries: bool = False) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        name: str,
+        *,
+        track_retries: bool = False,
+        flush_wait: float = FLUSH_WAIT,
+    ) -> None:
         super().__init__()
         self.redis = redis
         self.name = name  # the queue's (or the subscriber group's), for logs and observers
+        self.stop_wait = flush_wait
         self.held: dict[bytes, Taken] = {}  # leased to this worker until the ack lands
         self.unsettled = 0  # held and not yet settled: running, or waiting for a slot
         self.landed = 0  # ack calls that landed so far
@@ -49,9 +60,15 @@ class Batcher(Component):
         self.retrying: set[bytes] = set()  # ids retried with a delay (if tracked: burst)
         self._track_retries = track_retries
         self._pending: list[Settlement] = []
+        self._sending: list[Settlement] = []  # the batch of the ack call in flight
         self._wake = asyncio.Event()
         self._in_flight = False
         self._give_up_at = 0.0
+        self._said_unacked = False  # said so (once per stop or flush)
+        self._acking = Outage(
+            logger, f"acking jobs of {name}", self.stopping.is_set, then="kept, to be sent again"
+        )
+        self._renewing = Outage(logger, f"renewing leases on {name}", self.stopping.is_set)
 
     @property
     def idle(self) -> bool:
@@ -101,11 +118,13 @@ class Batcher(Component):
     def stop(self) -> None:
         """Ack what is pending, then end.
 
-        If Redis stays unreachable, give up after GIVE_UP_AFTER seconds: those jobs stay
-        active in Redis and come back when their leases expire, so none is lost.
+        If Redis does not take the acks within ``flush_wait`` (``stop_wait``: stalled, or
+        gone), give up: those jobs stay active in Redis and come back when their leases
+        expire, so none is lost (``left_behind``: a call still in flight is left to end
+        by itself; its acks may land yet).
         """
         super().stop()
-        self._give_up_at = asyncio.get_running_loop().time() + GIVE_UP_AFTER
+        self._give_up_at = asyncio.get_running_loop().time() + self.stop_wait
         self._wake.set()
         self._landing.set()
 
@@ -113,8 +132,13 @@ class Batcher(Component):
         """Stopped: ack what was settled since (jobs the shutdown left running in threads:
         ``inflight``), giving up as ``stop`` does."""
         await self.join()
-        self._give_up_at = asyncio.get_running_loop().time() + GIVE_UP_AFTER
+        self._give_up_at = asyncio.get_running_loop().time() + self.stop_wait
+        self._said_unacked = False
         await self._run()
+
+    def left_behind(self) -> str | None:
+        self._give_up()
+        return None  # (said there)
 
     async def _run(self) -> None:
         while self._pending or not self.stopping.is_set():
@@ -128,18 +152,22 @@ class Batcher(Component):
                 return
 
     async def _send(self, batch: list[Settlement]) -> bool:
-        """One ack call; False (the batch kept for the next try) if Redis failed."""
-        self._in_flight = True
+        """One ack call; False (the batch kept for the next try) if Redis failed. Once
+        stopping, its retries end when the stop gives up (``deadline.bound``)."""
+        self._in_flight, self._sending = True, batch
         try:
-            settled = await self._ack(batch)
+            if self.stopping.is_set():
+                with deadline.bound(self._give_up_at - asyncio.get_running_loop().time()):
+                    settled = await self._ack(batch)
+            else:
+                settled = await self._ack(batch)
         except CLIENT_FAILURES as exc:  # keep them: the guarantee needs every ack to land
-            logger.warning(
-                "acking %d job(s) of %s failed: %s", len(batch), self.name, describe(exc)
-            )
+            self._acking.failed(exc)
             self._pending[:0] = batch
             return False
         finally:
-            self._in_flight = False
+            self._in_flight, self._sending = False, []
+        self._acking.ended()
         self._landed(batch, settled)
         return True
 
@@ -155,18 +183,26 @@ class Batcher(Component):
     async def _gave_up(self) -> bool:
         """After a failed ack: pause before the next try; True when stopping has waited
         long enough for Redis to come back."""
-        if self.stopping.is_set() and asyncio.get_running_loop().time() > self._give_up_at:
-            ids = [s.id.decode("utf-8", "backslashreplace") for s in self._pending]
-            logger.error(
-                "giving up acking %d job(s) of %s after %.0fs without Redis: %s%s. They "
-                "stay active in Redis and go back to the queue when their leases expire, "
-                "so they run again (a finished one twice)",
-                len(ids), self.name, GIVE_UP_AFTER, ", ".join(ids[:5]),
-                " and more" if len(ids) > 5 else "",
-            )  # fmt: skip
+        if self.stopping.is_set() and asyncio.get_running_loop().time() >= self._give_up_at:
+            self._give_up()
             return True
         await asyncio.sleep(RETRY_PAUSE)
         return False
+
+    def _give_up(self) -> None:
+        """Say (once) which jobs the stop leaves unacked, and what becomes of them."""
+        unacked = [*self._sending, *self._pending]
+        if self._said_unacked or not unacked:
+            return
+        self._said_unacked = True
+        ids = [s.id.decode("utf-8", "backslashreplace") for s in unacked]
+        logger.error(
+            "giving up acking %d job(s) of %s: Redis did not take them within %gs "
+            "(call_timeout) of the stop: %s%s. They stay active in Redis and go back to the "
+            "queue when their leases expire, so they run again (a finished one twice)",
+            len(ids), self.name, self.stop_wait, ", ".join(ids[:5]),
+            " and more" if len(ids) > 5 else "",
+        )  # fmt: skip
 
 
 class AckBatcher(Batcher):
@@ -183,8 +219,9 @@ class AckBatcher(Batcher):
         history_ms: int = 0,
         track_retries: bool = False,
         on_handoff: Callable[[], None] | None = None,
+        flush_wait: float = FLUSH_WAIT,
     ) -> None:
-        super().__init__(redis, keys.name, track_retries=track_retries)
+        super().__init__(redis, keys.name, track_retries=track_retries, flush_wait=flush_wait)
         self.keys, self._result_ttl_ms = keys, result_ttl_ms
         self._kept_ms, self._keep_payload = kept_ms, keep_payload
         self.history_ms = history_ms
@@ -202,8 +239,9 @@ class AckBatcher(Batcher):
             try:
                 extended = await leasing.extend(self.redis, self.keys, batch, lease_ms=lease_ms)
             except CLIENT_FAILURES as exc:
-                logger.warning("renewing leases on %s failed: %s", self.name, describe(exc))
+                self._renewing.failed(exc)
                 continue
+            self._renewing.ended()
             aborted += extended.aborted
             for job_id in extended.lost:
                 logger.warning(

@@ -26,6 +26,7 @@ from ..store import reads
 from ..store.scripts import leasing
 from .idle import IdleWait, Tokens
 from .loops import CLIENT_FAILURES, RETRY_PAUSE, Component, ring, wait_event
+from .outages import Outage
 from .takes import Step, TakeState
 
 if TYPE_CHECKING:
@@ -71,6 +72,10 @@ class QueueConsumer(Component):
         self.redis, self.keys, self.settings = redis, acks.keys, settings
         self._acks, self._inflight, self._slots = acks, inflight, inflight.slots
         self._wake_key = self.keys.wake(worker_id)
+        self.name = f"the fetch loop of {self.keys.name}"
+        self._take_outage = Outage(
+            logger, f"taking jobs from {self.keys.name}", self.stopping.is_set
+        )
         self._result_ttl_ms = result_ttl_ms
         self._plan = planner(settings.priority_mode, settings.priority_weights)
         self._due_first = due_first  # due delayed jobs go ahead of the ready ones
@@ -105,7 +110,7 @@ class QueueConsumer(Component):
 
     async def unblock(self) -> None:
         """End the fetch loop's BLPOP now (a token on this consumer's own wake list)."""
-        await ring(self.redis, self._wake_key, f"the fetch loop of {self.keys.name}")
+        await ring(self.redis, self._wake_key)
 
     async def _fetch_loop(self) -> None:
         """Take jobs until stopping (or, in burst mode, until the queue is drained).
@@ -222,12 +227,13 @@ class QueueConsumer(Component):
                 span_ms=self._span_ms, forget=forget,
             )  # fmt: skip
         except Exception as exc:  # RedisError, or a reply it could not parse
-            logger.warning("taking jobs from %s failed: %s", self.keys.name, describe(exc))
+            self._take_outage.failed(exc)
             self._tokens.unsent(forget)  # the next call forgets them (or they expire)
             self._state.take_failed()
             self._slots.unreserve(limit)
             return None
         self._tokens.replied(lease)  # its reply is here: a resend can no longer happen
+        self._take_outage.ended()
         self._slots.size_lookahead(time.perf_counter() - started)
         self._state.took(result, limit, landed_before, woken=woken)
         if result.held:  # for a strict queue order, the queues after it may take meanwhile

@@ -15,11 +15,11 @@ import logging
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from ..core.errors import describe
 from ..core.keys import QueueKeys
-from ..store import handoffs
+from ..store import deadline, handoffs
 from ..store.scripts import links
-from .loops import CLIENT_FAILURES, Component, wait_event
+from .loops import CLIENT_FAILURES, STOP_WAIT, Component, wait_event
+from .outages import Outage
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Sequence
@@ -37,6 +37,8 @@ BATCH = 200  # outcomes read per call
 class HandOff(Component):
     """Delivers the handed-off outcomes of a worker's queues to their parents' queues."""
 
+    name = "hand-offs"
+
     def __init__(
         self, redis: Redis, prefix: str, queues: Sequence[QueueKeys], *, result_ttl_ms: int
     ) -> None:
@@ -44,6 +46,10 @@ class HandOff(Component):
         self._redis, self._prefix, self._queues = redis, prefix, queues
         self._result_ttl_ms = result_ttl_ms
         self.wake = asyncio.Event()
+        self._outages = {
+            keys.name: Outage(logger, f"handing off outcomes of {keys.name}", self.stopping.is_set)
+            for keys in queues
+        }
 
     def loops(self) -> list[Coroutine[Any, Any, None]]:
         return [self._run()]
@@ -56,9 +62,11 @@ class HandOff(Component):
         while True:
             await wait_event(self.wake, SWEEP_INTERVAL)
             self.wake.clear()
-            await self.deliver_once()
             if self.stopping.is_set():
+                with deadline.bound(STOP_WAIT):  # (what the last acks handed off)
+                    await self.deliver_once()
                 return
+            await self.deliver_once()
 
     async def pending(self) -> bool:
         """Whether any outcome waits to be handed off from this worker's queues."""
@@ -79,7 +87,9 @@ class HandOff(Component):
                     if len(outcomes) < BATCH:
                         break
             except CLIENT_FAILURES as exc:
-                logger.warning("handing off outcomes of %s failed: %s", keys.name, describe(exc))
+                self._outages[keys.name].failed(exc)
+                continue
+            self._outages[keys.name].ended()
         return total
 
     async def _deliver(self, outcomes: Sequence[HandedOff]) -> None:

@@ -17,10 +17,11 @@ import orjson
 from redis.exceptions import RedisError
 
 from ..core.errors import describe
-from ..store import heartbeats
+from ..store import deadline, heartbeats
 from ..store.heartbeats import mixed_task_sets, mixed_windows
 from ..store.server import warn_if_evicting
-from .loops import Component, wait_event
+from .loops import STOP_WAIT, Component, wait_event
+from .outages import Outage
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Iterable, Sequence, Sized
@@ -37,6 +38,8 @@ BEAT_TTL_MS = int(BEAT_INTERVAL * 3 * 1000)
 
 class Heartbeat(Component):
     """Refreshes one worker's heartbeat in each of its queues."""
+
+    name = "the heartbeat"
 
     def __init__(
         self,
@@ -60,6 +63,9 @@ class Heartbeat(Component):
         }  # fmt: skip
         self._eviction: str | None = None  # the problem last warned about
         self._mixed: dict[str, str | None] = {}  # per queue, the mix last warned about
+        stopping = self.stopping.is_set
+        self._beats = Outage(logger, f"worker {worker_id}: heartbeat", stopping)
+        self._looks = Outage(logger, f"worker {worker_id}: looking at the server", stopping)
 
     def loops(self) -> list[Coroutine[Any, Any, None]]:
         return [self._run()]
@@ -70,7 +76,8 @@ class Heartbeat(Component):
             await self.look_around()
             if await wait_event(self.stopping, BEAT_INTERVAL):
                 break
-        await self.clear()
+        with deadline.bound(STOP_WAIT):
+            await self.clear()
 
     async def look_around(self) -> None:
         """Warn (once per change) when the server may evict queue keys, or when the live
@@ -84,9 +91,9 @@ class Heartbeat(Component):
                     logger.warning("queue %s: %s", keys.name, mixed)
                 self._mixed[keys.name] = mixed
         except RedisError as exc:
-            logger.warning(
-                "worker %s: looking at the server failed: %s", self._worker_id, describe(exc)
-            )
+            self._looks.failed(exc)
+            return
+        self._looks.ended()
 
     async def beat(self) -> None:
         info = orjson.dumps({**self._static, "running": len(self._running), "beat_at": time.time()})
@@ -94,13 +101,13 @@ class Heartbeat(Component):
             for keys in self._queues:
                 await heartbeats.beat(self._redis, keys, self._worker_id, info, ttl_ms=BEAT_TTL_MS)
         except RedisError as exc:
-            logger.warning("worker %s: heartbeat failed: %s", self._worker_id, describe(exc))
+            self._beats.failed(exc)
+            return
+        self._beats.ended()
 
     async def clear(self) -> None:
         try:
             for keys in self._queues:
                 await heartbeats.clear(self._redis, keys, self._worker_id)
-        except RedisError as exc:
-            logger.warning(
-                "worker %s: clearing its heartbeat failed: %s", self._worker_id, describe(exc)
-            )
+        except RedisError as exc:  # (it expires by itself)
+            logger.debug("clearing the heartbeat failed: %s", describe(exc))

@@ -20,9 +20,10 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, cast
 
-from ..core.errors import describe
+from ..store import deadline
 from ..store.scripts import leasing
 from .loops import CLIENT_FAILURES, RETRY_PAUSE, wait_event
+from .outages import Outage
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -95,6 +96,15 @@ class IdleWait:
         self._leads = leads  # may this queue be handed jobs whenever they come (strict order)?
         self._offer: str | None = None  # the token of the offer, while out
         self._lapses = 0.0  # loop time after which that offer can take no job
+        name = self.keys.name
+        self._waits = Outage(logger, f"waiting for jobs on {name}", stopping.is_set)
+        self._offers = Outage(logger, f"offering to take from {name}", stopping.is_set)
+        self._withdrawals = Outage(
+            logger,
+            f"withdrawing offers on {name}",
+            stopping.is_set,
+            then="they lapse by themselves",
+        )
 
     async def wait(self) -> bool:
         """Block until a job is announced (admitting what is handed to offers meanwhile);
@@ -105,10 +115,11 @@ class IdleWait:
             try:
                 popped = await self.redis.blpop(names, timeout=self.settings.idle_wait)
             except CLIENT_FAILURES as exc:
-                logger.warning("waiting for jobs on %s failed: %s", self.keys.name, describe(exc))
+                self._waits.failed(exc)
                 await self.withdraw()
                 await wait_event(self._stopping, RETRY_PAUSE)
                 return False
+            self._waits.ended()
             if direct is None or popped is None or popped[0] != direct.encode():
                 await self.withdraw()
                 return popped is not None and popped[0] == self.keys.notify.encode()
@@ -137,10 +148,11 @@ class IdleWait:
                 hold_ms=int(hold * 1000), forget=forget,
             )  # fmt: skip
         except CLIENT_FAILURES as exc:
-            logger.warning("offering to take from %s failed: %s", self.keys.name, describe(exc))
+            self._offers.failed(exc)
             self._tokens.unsent(forget)  # the next call forgets them (or they expire)
             await self.withdraw()  # it may have been made: its reply was lost
             return None
+        self._offers.ended()
         return self.keys.direct(token)
 
     async def withdraw(self) -> None:
@@ -158,18 +170,17 @@ class IdleWait:
             if self._stopping.is_set():
                 lapses = min(lapses, loop.time() + STOP_WITHDRAWING)
             try:
-                handed = await leasing.idle(
-                    self.redis, self.keys, token, lease_ms=self.settings.lease_ms, hold_ms=0
-                )
+                with deadline.bound(max(0.0, lapses - loop.time())):  # (no retry past it)
+                    handed = await leasing.idle(
+                        self.redis, self.keys, token, lease_ms=self.settings.lease_ms, hold_ms=0
+                    )
                 break
             except CLIENT_FAILURES as exc:
                 if loop.time() >= lapses:
-                    logger.warning(
-                        "withdrawing an offer on %s failed (it lapses by itself): %s",
-                        self.keys.name, describe(exc),
-                    )  # fmt: skip
+                    self._withdrawals.failed(exc)
                     return
                 await asyncio.sleep(RETRY_PAUSE / 10)
+        self._withdrawals.ended()
         self._tokens.replied(token)
         self.admit_handed(handed)
 

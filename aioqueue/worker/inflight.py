@@ -313,6 +313,8 @@ class InFlight(Component):
             await self._grace(grace)
         if self.running:
             await self._cancel_the_rest(max(1.0, grace))
+        for job in self.slots.take_waiting():  # admitted meanwhile: a take's late reply
+            self._hand_back(job)
         self._env.threads.let_go()  # from now on a cancellation ends their wait
         self._env.threads.close()
         if self.running:
@@ -329,7 +331,7 @@ class InFlight(Component):
         (a cancellation does nothing to a thread: waiting for it would only delay the exit)."""
         stoppable = {task for task, job in self.running.items() if not self._in_thread(job)}
         if stoppable:
-            logger.warning("cancelling %d job(s) still running; back to ready", len(stoppable))
+            logger.warning("cancelling %d job(s) still running, to put them back", len(stoppable))
         self.cancel_all()
         if stoppable:
             await asyncio.wait(stoppable, timeout=timeout)

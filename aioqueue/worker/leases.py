@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ..core.errors import describe
 from ..store.scripts import leasing
 from .loops import CLIENT_FAILURES, Component, wait_event
+from .outages import Outage
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Sequence
@@ -27,6 +27,8 @@ RECLAIM_LIMIT = 1000
 
 class LeaseKeeper(Component):
     """Renews this worker's leases and reclaims expired ones for all its queues."""
+
+    name = "lease renewal"
 
     def __init__(
         self,
@@ -47,6 +49,12 @@ class LeaseKeeper(Component):
         self._result_ttl_ms = result_ttl_ms
         self._on_abort = on_abort
         self._on_expired = on_expired
+        self._reclaims = {
+            queue.keys.name: Outage(
+                logger, f"reclaiming leases on {queue.keys.name}", self.stopping.is_set
+            )
+            for queue in queues
+        }
 
     def loops(self) -> list[Coroutine[Any, Any, None]]:
         return [self._renew_loop(), self._reclaim_loop()]
@@ -76,8 +84,9 @@ class LeaseKeeper(Component):
                     result_ttl_ms=self._result_ttl_ms, history_ms=queue.history_ms,
                 )  # fmt: skip
             except CLIENT_FAILURES as exc:
-                logger.warning("reclaiming leases on %s failed: %s", queue.keys.name, describe(exc))
+                self._reclaims[queue.keys.name].failed(exc)
                 continue
+            self._reclaims[queue.keys.name].ended()
             if result.requeued or result.buried:
                 logger.warning(
                     "queue %s: reclaimed %d job(s) with expired leases, buried %d",

@@ -17,9 +17,9 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ..core.errors import describe
 from ..store.scripts import leasing
 from .loops import CLIENT_FAILURES, RETRY_PAUSE, Component, ring, wait_event
+from .outages import Outage
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine
@@ -62,6 +62,10 @@ class Promoter(Component):
         self._idle_wait = idle_wait
         self._earlier = asyncio.Event()  # set when someone scheduled an earlier job
         self._on_wake = on_wake  # told when the schedule-wake list gets a token
+        self.name = f"the promoter of {keys.name}"
+        stopping = self.stopping.is_set
+        self._promotions = Outage(logger, f"promoting due jobs of {keys.name}", stopping)
+        self._waits = Outage(logger, f"waiting on the schedule of {keys.name}", stopping)
 
     def loops(self) -> list[Coroutine[Any, Any, None]]:
         return [self._promote_loop(), self._listen_loop()]
@@ -72,7 +76,7 @@ class Promoter(Component):
 
     async def unblock(self) -> None:
         """End the listen loop's BLPOP now (a token on this promoter's own wake list)."""
-        await ring(self._redis, self._wake_key, f"the promoter of {self._keys.name}")
+        await ring(self._redis, self._wake_key)
 
     async def _promote_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -81,11 +85,10 @@ class Promoter(Component):
             try:
                 result = await self._promote(PROMOTE_LIMIT)
             except CLIENT_FAILURES as exc:
-                logger.warning(
-                    "promoting due jobs of %s failed: %s", self._keys.name, describe(exc)
-                )
+                self._promotions.failed(exc)
                 await self._sleep(RETRY_PAUSE)
                 continue
+            self._promotions.ended()
             if result.count >= PROMOTE_LIMIT:
                 continue  # more are due right now
             until_next = result.seconds_until_next()
@@ -104,11 +107,10 @@ class Promoter(Component):
             try:
                 popped = await self._redis.blpop(watched, timeout=self._idle_wait)
             except CLIENT_FAILURES as exc:
-                logger.warning(
-                    "waiting on the schedule of %s failed: %s", self._keys.name, describe(exc)
-                )
+                self._waits.failed(exc)
                 await wait_event(self.stopping, RETRY_PAUSE)
                 continue
+            self._waits.ended()
             if popped is not None:
                 self._earlier.set()
                 if self._on_wake is not None:

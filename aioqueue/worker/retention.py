@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
-from ..core.errors import describe
+from ..store import deadline
 from ..store.scripts import admin
-from .loops import Component, wait_event
+from .loops import STOP_WAIT, Component, wait_event
+from .outages import Outage
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Sequence
@@ -28,12 +29,18 @@ TRIM_LIMIT = 1000
 class DeadLetterTrimmer(Component):
     """Trims the dead sets of a worker's queues every minute, and when it stops."""
 
+    name = "dead-letter retention"
+
     def __init__(
         self, redis: Redis, queues: Sequence[QueueKeys], *, max_jobs: int, ttl_ms: int
     ) -> None:
         super().__init__()
         self._redis, self._queues = redis, queues
         self._max_jobs, self._ttl_ms = max_jobs, ttl_ms
+        self._outages = {
+            keys.name: Outage(logger, f"trimming the dead set of {keys.name}", self.stopping.is_set)
+            for keys in queues
+        }
 
     def loops(self) -> list[Coroutine[Any, Any, None]]:
         return [self._run()]
@@ -43,7 +50,8 @@ class DeadLetterTrimmer(Component):
             return
         while not await wait_event(self.stopping, TRIM_INTERVAL):
             await self.trim_once()
-        await self.trim_once()  # and once more on the way out
+        with deadline.bound(STOP_WAIT):  # and once more on the way out
+            await self.trim_once()
 
     async def trim_once(self) -> int:
         total = 0
@@ -57,7 +65,9 @@ class DeadLetterTrimmer(Component):
                     )  # fmt: skip
                     total += trimmed
             except RedisError as exc:
-                logger.warning("trimming the dead set of %s failed: %s", keys.name, describe(exc))
+                self._outages[keys.name].failed(exc)
+                continue
+            self._outages[keys.name].ended()
         if total:
             logger.info("dead-letter retention deleted %d job(s)", total)
         return total

@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
-from ..core.errors import EnqueueError, describe
+from ..core.errors import EnqueueError
 from ..core.payload import Payload
 from ..store import specs
 from ..store.routing import server_time
 from ..store.scripts import enqueues
 from .loops import RETRY_PAUSE, Component, wait_event
+from .outages import Outage
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Sequence
@@ -53,6 +54,8 @@ class PeriodicScheduler(Component):
         self._declared = declared
         self._max_payload_bytes = max_payload_bytes
         self._wake = asyncio.Event()
+        self.name = f"the periodic scheduler of {keys.name}"
+        self._outage = Outage(logger, f"periodic jobs of {keys.name}", self.stopping.is_set)
 
     def wake(self) -> None:
         """Look at the specs now (one was added, or an earlier job scheduled)."""
@@ -74,8 +77,9 @@ class PeriodicScheduler(Component):
                     await specs.sync_declared(self._redis, self._keys, self._declared)
                     synced = True
                 pause = await self._tick()
+                self._outage.ended()
             except RedisError as exc:
-                logger.warning("periodic jobs of %s: %s", self._keys.name, describe(exc))
+                self._outage.failed(exc)
                 pause = RETRY_PAUSE
             await wait_event(self._wake, pause)
 

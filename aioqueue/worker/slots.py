@@ -85,9 +85,10 @@ class Slots(Generic[T]):
         self._changed.set()
 
     def admit(self, job: T) -> None:
-        """A reserved job arrived: start it now if a slot is free, else it waits."""
+        """A reserved job arrived: start it now if a slot is free, else it waits (once
+        stopping, it waits to be handed back: a take's reply that came late)."""
         self._reserved -= 1
-        if self.running < self.size and not self._waiting:
+        if self.running < self.size and not self._waiting and not self._stopped:
             self.running += 1
             self._start(job)
         else:

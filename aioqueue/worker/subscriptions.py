@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from redis.exceptions import RedisError, ResponseError
 
-from ..core.errors import describe
 from ..core.lifecycle import Settlement, Taken
 from ..core.payload import encode_error
-from ..store import reads
+from ..store import deadline, reads
 from ..store.scripts import topics
 from ..store.streams import DEAD_MAX, create_group
-from .acks import Batcher
-from .loops import CLIENT_FAILURES, RETRY_PAUSE, Component, wait_event
+from .acks import FLUSH_WAIT, Batcher
+from .loops import CLIENT_FAILURES, RETRY_PAUSE, STOP_WAIT, Component, wait_event
+from .outages import Outage
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Sequence
@@ -69,8 +69,9 @@ class TopicAcks(Batcher):
         *,
         lease_ms: int,
         options: TaskOptions,
+        flush_wait: float = FLUSH_WAIT,
     ) -> None:
-        super().__init__(redis, f"{keys.name}/{group}")
+        super().__init__(redis, f"{keys.name}/{group}", flush_wait=flush_wait)
         self.keys, self.group, self.consumer, self.lease_ms = keys, group, consumer, lease_ms
         self._options = options
         self._batches: dict[bytes, list[Taken]] = {}  # batch id -> its messages
@@ -129,8 +130,9 @@ class TopicAcks(Batcher):
         try:
             lost = await topics.topic_extend(self.redis, self.keys, self.group, self.consumer, held)
         except CLIENT_FAILURES as exc:
-            logger.warning("renewing leases on %s failed: %s", self.name, describe(exc))
+            self._renewing.failed(exc)
             return []
+        self._renewing.ended()
         for entry_id in lost:
             if entry_id not in self.held:
                 continue  # its ack landed meanwhile
@@ -170,19 +172,20 @@ class TopicConsumer(Component):
         self._units_per_read = max(1, MAX_READ // self._batch)
         self._cursor = "0-0"  # where the next claim's scan of the pending list resumes
         self._renewed_at = 0.0
+        self.name = f"the reader of {acks.name}"
+        stopping = self.stopping.is_set
+        self._reads = Outage(logger, f"reading {acks.name}", stopping)
+        self._upkeep = Outage(logger, f"maintaining {acks.name}", stopping)
 
     def loops(self) -> list[Coroutine[Any, Any, None]]:
         return [self._read_loop(), self._maintain_loop()]
 
     async def unblock(self) -> None:
         """End a blocking read now: an entry on this consumer's own wake stream."""
-        try:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.xadd(self._wake, {"stop": "1"})
-                pipe.pexpire(self._wake, WAKE_TTL_MS)
-                await pipe.execute()
-        except RedisError as exc:
-            logger.warning("could not wake the reader of %s: %s", self._acks.name, describe(exc))
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.xadd(self._wake, {"stop": "1"})
+            pipe.pexpire(self._wake, WAKE_TTL_MS)
+            await pipe.execute()
 
     # -- reading new messages ----------------------------------------------------------
 
@@ -200,6 +203,7 @@ class TopicConsumer(Component):
             except RedisError as exc:
                 await self._read_failed(exc)
                 continue
+            self._reads.ended()
             if not full and not blocking:
                 if self.settings.burst:
                     if await self._drained():
@@ -209,7 +213,7 @@ class TopicConsumer(Component):
                 blocking = True  # nothing more now: wait for the next message
             elif got:
                 blocking = False
-        with contextlib.suppress(RedisError):  # else it expires
+        with contextlib.suppress(RedisError), deadline.bound(STOP_WAIT):  # else it expires
             await self.redis.delete(self._wake)
 
     async def _prepare(self) -> bool:
@@ -223,7 +227,7 @@ class TopicConsumer(Component):
                 pipe.pexpire(self._wake, WAKE_TTL_MS)  # renewed with the leases
                 await pipe.execute()
         except RedisError as exc:
-            logger.warning("serving %s failed: %s", self._acks.name, describe(exc))
+            self._reads.failed(exc)
             return False
         return True
 
@@ -254,7 +258,7 @@ class TopicConsumer(Component):
             logger.warning("%s: the group or log was deleted; creating it again", self._acks.name)
             await self._prepare()
         else:
-            logger.warning("reading %s failed: %s", self._acks.name, describe(exc))
+            self._reads.failed(exc)
         await wait_event(self.stopping, RETRY_PAUSE)
 
     def _admit(self, messages: list[tuple[bytes, dict[bytes, bytes], int]], reserved: int) -> None:
@@ -330,7 +334,9 @@ class TopicConsumer(Component):
                 await self._renew()
                 await self._claim()
             except RedisError as exc:
-                logger.warning("maintaining %s failed: %s", self._acks.name, describe(exc))
+                self._upkeep.failed(exc)
+                continue
+            self._upkeep.ended()
 
     async def _renew(self) -> None:
         """Renew the leases of held messages every third of a lease."""

@@ -245,7 +245,7 @@ class Worker:
             kept_ms=app_settings.idempotency_ttl_ms, keep_payload=app_settings.keep_payload,
             history_ms=app_settings.history_ms,
             track_retries=settings.burst and settings.wait_retries,
-            on_handoff=handoff.wake.set,
+            on_handoff=handoff.wake.set, flush_wait=app_settings.call_timeout,
         )  # fmt: skip
         consumer = QueueConsumer(
             redis, acks, inflight, settings=settings,
@@ -274,7 +274,7 @@ class Worker:
         keys = TopicKeys.of(self._host.settings.prefix, subscriber.topic)
         acks = TopicAcks(
             redis, keys, subscriber.group, self.id, lease_ms=self.settings.lease_ms,
-            options=subscriber.task.options,
+            options=subscriber.task.options, flush_wait=self._host.settings.call_timeout,
         )  # fmt: skip
         consumer = TopicConsumer(redis, acks, inflight, subscriber, settings=self.settings)
         self._topic_acks.append(acks)

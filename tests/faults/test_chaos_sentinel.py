@@ -6,7 +6,9 @@ CLIENT PAUSE on the master, a network cut."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -53,14 +55,21 @@ def one_sentinel_url(sentinel_set: EmbeddedSentinel) -> str:
     ],
 )
 async def test_a_planned_failover_loses_nothing_and_writes_nothing_to_the_old_master(
-    sentinel_set: EmbeddedSentinel, prefix: str, replicas: int, listed: str
+    sentinel_set: EmbeddedSentinel,
+    prefix: str,
+    replicas: int,
+    listed: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """``SENTINEL FAILOVER`` while two workers drain and a producer enqueues. The old
     master stays up and writable ~10 s after a replica was promoted: writes wait from the
     failover's first step to the switch, then everything moves to the new master, so the
     old master runs no write from the promotion on, and nothing confirmed is lost. The
     failover's first step is announced by its leader only: with one other Sentinel in
-    the URL, aioqueue hears it from the leader it found by asking that one."""
+    the URL, aioqueue hears it from the leader it found by asking that one. The
+    workers' loops, cut short by the failover, say so once each, at INFO (each logged
+    a warning per break: a burst at every failover)."""
+    caplog.set_level(logging.INFO, logger="aioqueue.worker")
     old = sentinel_set.master_port()
     events = await SentinelEvents([s.port for s in sentinel_set.sentinels]).start()
     options = {"replicas": replicas, "socket_timeout": 2.0}
@@ -90,6 +99,11 @@ async def test_a_planned_failover_loses_nothing_and_writes_nothing_to_the_old_ma
     )  # fmt: skip
     chaos.check(in_flight)
     assert after == before
+    worker_lines = [r for r in caplog.records if r.name.startswith("aioqueue.worker.")]
+    assert not [r.getMessage() for r in worker_lines if r.levelno >= logging.WARNING]
+    told = Counter(r.getMessage() for r in worker_lines if "failover" in r.getMessage())
+    assert told, "the workers' loops say what cut them short"
+    assert max(told.values()) <= 2, told  # once per loop (two workers: the same line twice)
 
 
 @slow

@@ -21,7 +21,6 @@ import redis.exceptions
 import aioqueue
 from aioqueue.core.errors import describe
 from aioqueue.ops.embedded import DIR_PREFIX, OWNER_FILE, EmbeddedServer, remove_stale_dirs
-from aioqueue.worker import acks
 from tests.helpers import now, wait_until
 from tests.ops.test_cli import TARGET, run_cli
 
@@ -389,16 +388,16 @@ async def test_tls_to_a_plain_server_is_a_tls_error(redis_url: str, prefix: str)
 
 
 async def test_giving_up_acks_names_the_jobs_and_they_run_again(
-    prefix: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Defect 2: a worker stopping while Redis is away gives up its acks after a while.
     It says which jobs and what becomes of them, and that is what happens: they stay
     active in Redis and run again once their leases expire."""
-    monkeypatch.setattr(acks, "GIVE_UP_AFTER", 0.5)
     with EmbeddedServer(appendonly=True) as server:
         app = aioqueue.App(
-            redis_url=server.url, prefix=prefix, socket_timeout=0.5, connect_timeout=0.5
-        )
+            redis_url=server.url, prefix=prefix, socket_timeout=0.5, connect_timeout=0.5,
+            call_timeout=0.5,  # (how long a stop tries to land the last acks)
+        )  # fmt: skip
         release, runs = asyncio.Event(), []
 
         @app.task

@@ -1,0 +1,136 @@
+"""How a worker's loops report failing calls (``worker/outages.py``): an outage is a
+warning, quiet repeats and a line when it ends; a failover's expected break is one INFO
+line per loop (each loop logged a warning per break: a burst at every failover); a
+stopping loop says nothing above DEBUG."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, cast
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from aioqueue.core.keys import QueueKeys
+from aioqueue.store.following import MasterChanged
+from aioqueue.worker import outages
+from aioqueue.worker.loops import stop_all
+from aioqueue.worker.outages import Outage
+from aioqueue.worker.promoter import Promoter
+from tests.helpers import now, wait_until
+
+log = logging.getLogger("tests.outages")
+DEBUG, INFO, WARNING = logging.DEBUG, logging.INFO, logging.WARNING
+LOST = RedisConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+MOVED = MasterChanged("the master of mymaster changed meanwhile")
+
+
+def lines(caplog: pytest.LogCaptureFixture, name: str = log.name) -> list[tuple[int, str]]:
+    return [(r.levelno, r.getMessage()) for r in caplog.records if r.name == name]
+
+
+@pytest.fixture(autouse=True)
+def _debug(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger=log.name)
+
+
+async def test_an_outage_is_a_warning_quiet_repeats_and_a_line_when_it_ends(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    outage = Outage(log, "taking jobs from emails")
+    for _ in range(5):
+        outage.failed(LOST)
+    outage.ended()
+    outage.ended()  # (no outage: nothing to say)
+    said = lines(caplog)
+    assert [level for level, _ in said] == [WARNING, DEBUG, DEBUG, DEBUG, DEBUG, INFO]
+    assert said[0][1] == f"taking jobs from emails failed: ConnectionError: {LOST}"
+    assert said[-1][1].startswith("taking jobs from emails works again, after ")
+
+
+async def test_a_long_outage_is_recalled_now_and_then(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(outages, "REMIND_AFTER", 0.0)
+    outage = Outage(log, "acking jobs of emails")
+    outage.failed(LOST)
+    outage.failed(LOST)
+    said = lines(caplog)
+    assert [level for level, _ in said] == [WARNING, WARNING]
+    assert said[1][1].startswith("acking jobs of emails still fails, for ")
+
+
+async def test_a_failover_break_is_one_info_line(caplog: pytest.LogCaptureFixture) -> None:
+    outage = Outage(log, "waiting for jobs on emails")
+    outage.failed(MOVED)
+    outage.failed(MOVED)  # (the hold of the same failover)
+    outage.ended()
+    said = lines(caplog)
+    assert [level for level, _ in said] == [INFO, DEBUG, DEBUG]
+    assert "cut short by a failover" in said[0][1]
+    assert "going on with the new master" in said[0][1]
+
+
+async def test_a_failover_break_that_goes_on_failing_warns(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    outage = Outage(log, "waiting for jobs on emails")
+    outage.failed(MOVED)
+    outage.failed(LOST)  # the new master does not answer either
+    outage.failed(LOST)
+    outage.ended()
+    assert [level for level, _ in lines(caplog)] == [INFO, WARNING, DEBUG, INFO]
+
+
+async def test_a_stopping_loop_says_nothing_above_debug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    stopping = asyncio.Event()
+    outage = Outage(log, "renewing leases on emails", stopping.is_set)
+    outage.failed(LOST)  # (before the stop: a warning)
+    stopping.set()
+    outage.failed(LOST)
+    outage.failed(MOVED)
+    outage.ended()
+    assert [level for level, _ in lines(caplog)] == [WARNING, DEBUG, DEBUG, DEBUG]
+
+
+class FailoverCuts:
+    """A client whose next ``cuts`` BLPOPs are cut short by a failover (MasterChanged,
+    as a Sentinel client's are when the master changes under them); then it works."""
+
+    def __init__(self, redis: Redis, cuts: int) -> None:
+        self._redis, self.cuts, self.blpops = redis, cuts, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._redis, name)
+
+    async def blpop(self, keys: list[str], timeout: float) -> Any:
+        self.blpops += 1
+        if self.cuts:
+            self.cuts -= 1
+            raise MasterChanged("the master of mymaster changed meanwhile")
+        return await self._redis.blpop(keys, timeout=timeout)
+
+
+async def test_a_promoter_cut_short_by_a_failover_says_so_once(
+    redis: Redis, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A failover cut the promoter's wait twice (before the switch, and during its
+    hold): it said so in two warnings; now in one INFO line."""
+    caplog.set_level(logging.DEBUG, logger="aioqueue.worker.promoter")
+    client = FailoverCuts(redis, cuts=2)
+    keys = QueueKeys.for_queue(prefix, "emails")
+    promoter = Promoter(cast("Redis", client), keys, worker_id="w1", idle_wait=0.1)
+    promoter.start()
+    try:
+        await wait_until(lambda: now(client.blpops >= 4), timeout=10)  # (it works again)
+    finally:
+        await stop_all([promoter])
+    said = [line for line in lines(caplog, "aioqueue.worker.promoter") if line[0] > DEBUG]
+    assert len(said) == 1, said
+    level, message = said[0]
+    assert level == INFO
+    assert message.startswith("waiting on the schedule of emails: cut short by a failover")

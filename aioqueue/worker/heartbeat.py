@@ -24,7 +24,7 @@ from .loops import STOP_WAIT, Component, wait_event
 from .outages import Outage
 
 if TYPE_CHECKING:
-    from collections.abc import Coroutine, Iterable, Sequence, Sized
+    from collections.abc import Callable, Coroutine, Iterable, Sequence, Sized
 
     from redis.asyncio import Redis
 
@@ -51,7 +51,10 @@ class Heartbeat(Component):
         running: Sized,
         tasks: Iterable[str] = (),
         idempotency_ms: int | None = None,
+        quiet: Callable[[], bool] | None = None,
     ) -> None:
+        """``quiet``: whether the worker is stopping (this component stops last, and a
+        failure after the worker said "stopping" is logged at DEBUG only)."""
         super().__init__()
         self._redis, self._queues, self._worker_id = redis, queues, worker_id
         self._running = running  # the running jobs (only counted)
@@ -63,7 +66,7 @@ class Heartbeat(Component):
         }  # fmt: skip
         self._eviction: str | None = None  # the problem last warned about
         self._mixed: dict[str, str | None] = {}  # per queue, the mix last warned about
-        stopping = self.stopping.is_set
+        stopping = self.stopping.is_set if quiet is None else quiet
         self._beats = Outage(logger, f"worker {worker_id}: heartbeat", stopping)
         self._looks = Outage(logger, f"worker {worker_id}: looking at the server", stopping)
 

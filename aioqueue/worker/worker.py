@@ -303,7 +303,7 @@ class Worker:
             Heartbeat(
                 redis, queues, worker_id=self.id, concurrency=settings.concurrency,
                 running=inflight.running, tasks=self.registry.tasks,
-                idempotency_ms=app_settings.idempotency_ttl_ms,
+                idempotency_ms=app_settings.idempotency_ttl_ms, quiet=self._stop_requested.is_set,
             ),
         ]  # fmt: skip
 

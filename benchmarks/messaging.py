@@ -13,8 +13,9 @@ on a flushed server each time. Tables:
      single ``send`` from concurrent senders vs concurrent XADD), one group member
      draining (fetch 1000 + ack) vs XREADGROUP COUNT 1000 + XACK, and fan-out (10 members
      vs 10 consumer groups on one stream, deliveries = messages x members); topics:
-     ``publish_many``, and subscriber groups run by a burst worker in this process (a
-     run per message, or ``batch=100``) vs bare consumer groups
+     ``publish_many``, single ``publish`` from concurrent callers, and subscriber groups
+     run by a burst worker in this process (a run per message, or ``batch=100``) vs bare
+     consumer groups
   2. fetch cost: 100 messages at a cursor halfway along a group's log of a small and a
      large size (vs XRANGE after an id), and their ratio (O(log n + k): near 1)
   3. memory per stored message: used_memory delta and MEMORY USAGE of the key
@@ -124,6 +125,9 @@ class Bench:
 
     async def mailbox_singles(self) -> float:
         return await self.concurrent(self.app.mailbox("pub").send)
+
+    async def topic_singles(self) -> float:
+        return await self.concurrent(self.app.topic("pub").publish)
 
     async def xadd_singles(self) -> float:
         return await self.concurrent(
@@ -294,6 +298,9 @@ async def run(url: str, messages: int, sizes: tuple[int, int], fetches: int) -> 
              lambda: bench.group_drain(MEMBERS), lambda: bench.streams_drain(MEMBERS)),
             ("publish: topic.publish_many (1000 per call) vs XADD pipelined 1000",
              bench.topic_publish, lambda: bench.xadd_pipelined(1000)),
+            (f"publish: topic.publish, {SENDERS} concurrent callers vs XADD "
+             f"({bench.singles:,} messages)",
+             bench.topic_singles, bench.xadd_singles),
             ("topic drain: 1 subscriber group, a burst worker (concurrency 100, no-op "
              "handler) vs XREADGROUP 1000 + XACK",
              lambda: bench.subscriber_drain(1), lambda: bench.streams_drain(1)),

@@ -39,6 +39,7 @@ from ..core.errors import ConfigError, NotAMember, PayloadTooLarge, Serializatio
 from ..core.keys import ChannelKeys, channels_registry, member_groups, validate_name
 from ..core.settings import DEFAULT_MAX_MESSAGES
 from ..store import reads
+from ..store.posting import PostBatcher
 from ..store.scripts import mailboxes
 
 if TYPE_CHECKING:
@@ -154,6 +155,8 @@ def _upto(upto: int | Message | Sequence[Message]) -> int:
 class _Channel:
     """What mailboxes and groups share: a log, cursors, and waiting for new messages."""
 
+    _members_only = False  # only readers send (groups)
+
     def __init__(self, host: MessagingHost, kind: str, name: str, max_messages: int) -> None:
         if max_messages < 0:
             raise ConfigError("max_messages must be >= 0 (0: no bound)")
@@ -161,20 +164,29 @@ class _Channel:
         self.name = name
         self.keys = ChannelKeys.of(host.settings.prefix, kind, name)
         self.max_messages = max_messages
+        self._posts = PostBatcher(self._send)  # concurrent single sends share a call
 
-    async def _post(self, bodies: Iterable[Any], sender: str, members_only: bool) -> list[int]:
+    async def _post(self, bodies: Iterable[Any], sender: str) -> list[int]:
         encoded = encode_bodies(bodies, self._host.settings.max_payload_bytes)
         if not encoded:
             return []
-        first = await mailboxes.channel_post(
-            await self._host.client(), self.keys, encoded,
-            sender=sender, members_only=members_only, max_messages=self.max_messages,
-        )  # fmt: skip
+        if len(encoded) == 1:
+            first, offset = await self._posts.post(sender, encoded)
+        else:
+            first, offset = await self._send(sender, encoded), 0
         if first is None:
             raise NotAMember(self.name, sender)
+        first += offset
         if first == 1:  # the channel's first message: list it (groups: at the first join)
             await self._register()
         return list(range(first, first + len(encoded)))
+
+    async def _send(self, sender: str, encoded: list[bytes]) -> int | None:
+        """One post call: the first message's id, or None if the sender may not post."""
+        return await mailboxes.channel_post(
+            await self._host.client(), self.keys, encoded,
+            sender=sender, members_only=self._members_only, max_messages=self.max_messages,
+        )  # fmt: skip
 
     async def _register(self) -> None:
         """Add this mailbox or group to the prefix's list (another slot: its own call)."""
@@ -259,7 +271,7 @@ class Mailbox(_Channel):
 
     async def send_many(self, bodies: Iterable[Any], *, sender: str | None = None) -> list[int]:
         """Append messages in order, in one round trip; their ids."""
-        return await self._post(bodies, _sender(sender), members_only=False)
+        return await self._post(bodies, _sender(sender))
 
     async def fetch(self, limit: int = 100, timeout: float = 0) -> list[Message]:
         """The oldest ``limit`` messages not acknowledged yet, waiting up to ``timeout``
@@ -282,6 +294,8 @@ class Group(_Channel):
     Only members send. Each member reads after its own cursor and acknowledges what it
     read; a message every member has acknowledged is deleted. A member that never
     reads holds messages only up to ``max_messages``."""
+
+    _members_only = True
 
     def __init__(
         self, host: MessagingHost, name: str, max_messages: int = DEFAULT_MAX_MESSAGES
@@ -316,7 +330,7 @@ class Group(_Channel):
 
     async def send_many(self, sender: str, bodies: Iterable[Any]) -> list[int]:
         """Append messages from ``sender`` in order, in one round trip; their ids."""
-        return await self._post(bodies, _member(sender), members_only=True)
+        return await self._post(bodies, _member(sender))
 
     async def fetch(self, member: str, limit: int = 100, timeout: float = 0) -> list[Message]:
         """The oldest ``limit`` messages after ``member``'s cursor, waiting up to

@@ -33,6 +33,7 @@ from ..core.keys import TopicKeys, validate_name
 from ..core.records import ErrorInfo
 from ..core.settings import DEFAULT_MAX_MESSAGES
 from ..store import reads
+from ..store.posting import PostBatcher
 from ..store.scripts import topics
 from ..store.streams import create_group
 from .messaging import encode_bodies
@@ -99,26 +100,30 @@ class Topic:
         self.name = name
         self.keys = TopicKeys.of(host.settings.prefix, name)
         self.max_messages = max_messages
+        self._posts = PostBatcher(self._publish)  # concurrent publishes share a call
 
     def __repr__(self) -> str:
         return f"Topic({self.name!r})"
 
     async def publish(self, body: Any) -> str:
-        """Append a message (any JSON value); its id."""
-        return (await self.publish_many([body]))[0]
+        """Append a message (any JSON value); its id. Concurrent publishes share one
+        round trip (``store/posting``)."""
+        encoded = encode_bodies([body], self._host.settings.max_payload_bytes)
+        ids, offset = await self._posts.post("", encoded)
+        return ids[offset]
+
+    async def _publish(self, _sender: str, encoded: list[bytes]) -> list[str]:
+        redis = await self._host.client()
+        return await topics.topic_publish(redis, self.keys, encoded, max_messages=self.max_messages)
 
     async def publish_many(self, bodies: Iterable[Any]) -> list[str]:
         """Append messages in order (one round trip per 1,000); their ids. Every body is
         checked first: one that JSON cannot hold, or too large, raises with nothing
         written."""
         encoded = encode_bodies(bodies, self._host.settings.max_payload_bytes)
-        redis = await self._host.client()
         ids: list[str] = []
         for start in range(0, len(encoded), PUBLISH_CHUNK):
-            chunk = encoded[start : start + PUBLISH_CHUNK]
-            ids += await topics.topic_publish(
-                redis, self.keys, chunk, max_messages=self.max_messages
-            )
+            ids += await self._publish("", encoded[start : start + PUBLISH_CHUNK])
         return ids
 
     async def add_group(self, group: str) -> bool:

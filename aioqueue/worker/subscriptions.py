@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -240,6 +241,7 @@ class TopicConsumer(Component):
         # queues while it waits): what it brings is admitted unreserved, to wait if need be.
         reserved = 0 if blocking else self._slots.reserve(units)
         count = max(reserved, 1) * self._batch
+        started = time.perf_counter()
         try:
             entries = await reads.topic_new_messages(
                 self.redis, self.keys, self.group, self.consumer, count=count,
@@ -249,6 +251,8 @@ class TopicConsumer(Component):
         except BaseException:
             self._slots.unreserve(reserved)
             raise
+        if not blocking:
+            self._slots.size_lookahead(time.perf_counter() - started)
         # (A wake-up entry is read, never acknowledged: its stream is dropped at start.)
         self._admit([(entry_id, fields, 1) for entry_id, fields in entries], reserved)
         return len(entries), len(entries) == count

@@ -171,6 +171,27 @@ async def test_members_only(app: aioqueue.App) -> None:
         await room.leave("alice")  # leaving twice
 
 
+async def test_concurrent_sends_each_get_the_id_of_their_own_message(
+    app: aioqueue.App,
+) -> None:
+    inbox, room = app.mailbox("busy"), app.group("busy")
+    await room.join("alice")
+    await room.join("bob")
+    ids = await asyncio.gather(*(inbox.send({"n": n}) for n in range(60)))
+    assert sorted(ids) == list(range(1, 61))
+    by_id = {m.id: m.body for m in await inbox.fetch(limit=100)}
+    assert [by_id[i] for i in ids] == [{"n": n} for n in range(60)]
+    # in a group, the sends of a non-member fail alone: the members' land
+    sends = [room.send("mallory" if n % 3 == 0 else "alice", n) for n in range(30)]
+    outcomes = await asyncio.gather(*sends, return_exceptions=True)
+    refused = [n for n, got in enumerate(outcomes) if isinstance(got, aioqueue.NotAMember)]
+    assert refused == list(range(0, 30, 3))
+    landed = {m.id: m.body for m in await room.fetch("bob", limit=100)}
+    assert {n: landed[got] for n, got in enumerate(outcomes) if isinstance(got, int)} == {
+        n: n for n in range(30) if n % 3
+    }
+
+
 async def test_joining_with_or_without_history(app: aioqueue.App) -> None:
     room = app.group("history")
     await room.join("alice")

@@ -345,6 +345,17 @@ async def test_a_batch_held_by_a_dead_worker_runs_again(app: aioqueue.App, redis
     assert (await redis.xpending(keys.log, "g"))["pending"] == 0
 
 
+async def test_concurrent_publishes_each_get_the_id_of_their_own_message(
+    app: aioqueue.App, redis: Redis
+) -> None:
+    logs = app.topic("t")
+    ids = await asyncio.gather(*(logs.publish({"n": n}) for n in range(60)))
+    assert len(set(ids)) == 60
+    entries: Any = await redis.xrange(TopicKeys.of(app.settings.prefix, "t").log)
+    by_id = {entry_id.decode(): fields[b"b"] for entry_id, fields in entries}
+    assert [by_id[i] for i in ids] == [b'{"n":%d}' % n for n in range(60)]
+
+
 async def test_bad_bodies_raise_and_write_nothing(app: aioqueue.App) -> None:
     logs = app.topic("t")
     with pytest.raises(aioqueue.SerializationError):

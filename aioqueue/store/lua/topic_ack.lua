@@ -15,13 +15,15 @@ ARGV[3] lease_ms how long a delivery is leased (a retry waits in the pending lis
                  delay is kept in the retry hash and re-parked by topic_reclaim)
 ARGV[4] dead_max the most dead letters kept (approximately; 0: no bound)
 ARGV[5] processed_channel  pub/sub channel told ("1:*") when messages were processed
-ARGV[6] batch    JSON array of [id, outcome, error JSON, delay_ms, attempts]; outcome is
-                 complete, fail or abort (acknowledged), bury (acknowledged and
-                 dead-lettered), retry (again after delay_ms), release (again at once,
-                 this attempt not counted)
+ARGV[6] acked    the ids to acknowledge (outcome complete, fail or abort), space-separated:
+                 the common case, kept apart from the JSON (cheaper to read)
+ARGV[7] batch    JSON array of the others, [id, outcome, error JSON, delay_ms, attempts];
+                 outcome is bury (acknowledged and dead-lettered), retry (again after
+                 delay_ms), or release (again at once, this attempt not counted)
 
 What every group has now processed is trimmed from the log (include/stream_ids.lua).
-Returns one code per message: 1 settled, 0 lease not held.
+Returns one code per message, for the acked ids, then the batch's: 1 settled, 0 lease not
+held.
 ]]
 -- @include clock
 -- @include topic_dead
@@ -30,19 +32,20 @@ Returns one code per message: 1 settled, 0 lease not held.
 local log, retry, dead = KEYS[1], KEYS[2], KEYS[3]
 local group, consumer, lease_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local dead_max, processed_channel = tonumber(ARGV[4]), ARGV[5]
-local batch = cjson.decode(ARGV[6])
-local now = redis_clock()
-local codes, processed = {}, 0
+local acked, batch = ARGV[6], ARGV[7]
+local ids = {}
+for id in string.gmatch(acked, '%S+') do ids[#ids + 1] = id end
+batch = cjson.decode(batch)
+for _, s in ipairs(batch) do ids[#ids + 1] = s[1] end
 
--- Which of the batch's messages are this consumer's: one XPENDING over the batch's id
--- range (filtered by consumer) answers for all of them, unless the range holds more of
--- its entries than the answer's limit: then an id not listed is looked up alone.
-local lowest, highest = batch[1] and batch[1][1], batch[1] and batch[1][1]
-for _, s in ipairs(batch) do
-  if stream_id_less(s[1], lowest) then lowest = s[1] end
-  if stream_id_less(highest, s[1]) then highest = s[1] end
+-- Which of these messages are this consumer's: one XPENDING over their id range (filtered
+-- by consumer) answers for all of them, unless the range holds more of its entries than
+-- the answer's limit: then an id not listed is looked up alone.
+local lowest, highest = ids[1], ids[1]
+for _, id in ipairs(ids) do
+  if stream_id_less(id, lowest) then lowest = id elseif stream_id_less(highest, id) then highest = id end
 end
-local owned, limit = {}, #batch * 2 + 64
+local owned, limit = {}, #ids * 2 + 64
 local listed = lowest and redis.call('XPENDING', log, group, lowest, highest, limit, consumer) or {}
 for _, entry in ipairs(listed) do owned[entry[1]] = true end
 local function holds(id)
@@ -51,29 +54,39 @@ local function holds(id)
   return entry ~= nil and entry[2] == consumer
 end
 
-local acked = {}
+local codes, settled = {}, {}
+for i = 1, #ids - #batch do
+  if holds(ids[i]) then
+    settled[#settled + 1] = ids[i]
+    codes[i] = 1
+  else
+    codes[i] = 0
+  end
+end
 for i, s in ipairs(batch) do
   local id, outcome, error, delay_ms, attempts = s[1], s[2], s[3], tonumber(s[4]), s[5]
+  local code = #ids - #batch + i
   if not holds(id) then
-    codes[i] = 0
+    codes[code] = 0
   else
     if outcome == 'retry' then
       local wait = math.min(math.max(delay_ms, 0), lease_ms)
-      if delay_ms > lease_ms then redis.call('HSET', retry, group .. ' ' .. id, now + delay_ms) end
+      if delay_ms > lease_ms then
+        redis.call('HSET', retry, group .. ' ' .. id, redis_clock() + delay_ms)
+      end
       redis.call('XCLAIM', log, group, consumer, 0, id, 'IDLE', lease_ms - wait, 'JUSTID')
     elseif outcome == 'release' then
       redis.call('XCLAIM', log, group, consumer, 0, id, 'IDLE', lease_ms,
         'RETRYCOUNT', math.max(tonumber(attempts) - 1, 0), 'JUSTID')
     else
-      if outcome == 'bury' then bury_message(log, dead, dead_max, group, id, attempts, error) end
-      acked[#acked + 1] = id
+      bury_message(log, dead, dead_max, group, id, attempts, error)
+      settled[#settled + 1] = id
     end
-    codes[i] = 1
+    codes[code] = 1
   end
 end
-if #acked > 0 then redis.call('XACK', log, group, unpack(acked)) end
-processed = #acked
-if processed > 0 then
+if #settled > 0 then
+  redis.call('XACK', log, group, unpack(settled))
   trim_processed(log)
   publish(processed_channel, '1:*')
 end

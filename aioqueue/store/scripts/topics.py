@@ -26,6 +26,7 @@ _TOPIC_ACK = Script("topic_ack")
 _TOPIC_RECLAIM = Script("topic_reclaim")
 _TOPIC_EXTEND = Script("topic_extend")
 SCRIPTS = (_TOPIC_PUBLISH, _TOPIC_ACK, _TOPIC_RECLAIM, _TOPIC_EXTEND)
+_ACKED = frozenset({"complete", "fail", "abort"})  # topic_ack's plain acknowledgements
 
 
 async def topic_publish(
@@ -50,22 +51,25 @@ async def topic_ack(
 ) -> list[bool]:
     """Settle a subscriber group's messages; True per message settled, False where the
     lease was lost (another worker claimed it)."""
-    settlements = orjson.dumps(
-        [
-            [s.id.decode(), s.outcome, _error_of(s), s.delay_ms, n]
-            for s, n in zip(batch, attempts, strict=True)
-        ]
-    )
+    acked = [s.id for s in batch if s.outcome in _ACKED]
+    others = [(s, n) for s, n in zip(batch, attempts, strict=True) if s.outcome not in _ACKED]
     args = _TOPIC_ACK.layout.args(
         group=group,
         consumer=consumer,
         lease_ms=lease_ms,
         dead_max=dead_max,
         processed_channel=keys.processed_channel,
-        batch=settlements,
+        acked=b" ".join(acked),
+        batch=orjson.dumps(
+            [[s.id.decode(), s.outcome, _error_of(s), s.delay_ms, n] for s, n in others]
+        ),
     )
     codes = await _TOPIC_ACK(redis, _TOPIC_ACK.layout.keys(keys), args)
-    return [bool(code) for code in codes]
+    if not others:
+        return [bool(code) for code in codes]
+    # The codes come for the acked ids first, then the others: back in the batch's order.
+    by_id = dict(zip([*acked, *(s.id for s, _ in others)], codes, strict=True))
+    return [bool(by_id[s.id]) for s in batch]
 
 
 async def topic_reclaim(

@@ -6,6 +6,10 @@ local function stream_id(id)
 end
 
 local function stream_id_less(a, b)
+  -- Ids whose two parts have the same lengths compare as strings (no leading zeros)
+  if #a == #b and string.find(a, '-', 1, true) == string.find(b, '-', 1, true) then
+    return a < b
+  end
   local a_ms, a_seq = stream_id(a)
   local b_ms, b_seq = stream_id(b)
   return a_ms < b_ms or (a_ms == b_ms and a_seq < b_seq)

@@ -9,15 +9,14 @@ and lease renewal call ``abort``; the worker's stop calls ``cancel_all``; the wa
 finds overdue handlers): each cancels the job's task (again, if it was already) and records
 its reason, and the strongest reason recorded decides how the run is settled (``running``).
 
-A handler still running a second after the watchdog's cancellation is abandoned: the job
-is settled by its reason without it, and its slot is freed. A plain ``def`` handler runs in
-a thread, which nothing can stop (``threads``): its job keeps its slot and its lease until
-the thread returns, and is settled then, by what the thread did (past its timeout: a
-HandlerTimeout). At shutdown such a job is neither released nor abandoned: it stays leased
-to this process, renewed, until its thread returns (then acked), or until the process exits
-(its lease then expires and it goes back to its queue): never run twice at once. A job that
-waits for a slot and never starts is handed back: to ready (release, attempt not counted)
-or, on an abort, cancelled.
+A handler still running a second after the watchdog's cancellation is abandoned: the job is settled
+by its reason without it, and its slot is freed. A plain ``def`` handler runs in a thread, which
+nothing can stop (``threads``): its job keeps its slot and its lease until the thread returns, and
+is settled then, by what the thread did (past its timeout: a HandlerTimeout). At shutdown such a
+job is neither released nor abandoned: it stays leased to this process, renewed, until its thread
+returns (then acked), or until the process exits (its lease then expires and it goes back to its
+queue): never run twice at once. A job that waits for a slot and never starts is handed back: to
+ready (release, attempt not counted) or, on an abort, cancelled.
 """
 
 from __future__ import annotations
@@ -105,12 +104,14 @@ class InFlight(Component):
         if self._timed:
             job.started_at = time.monotonic()
         task = loop.create_task(self._run(job))
-        job.handle = task
         self.running[task] = job
 
     async def _run(self, job: RunningJob) -> None:
+        job.handle = asyncio.current_task()  # begun: from here a cancel runs its code
         try:
             try:
+                if job.interrupt is not None:  # (recorded before it began)
+                    raise asyncio.CancelledError
                 settlement = await run_job(job, self._env, self)
             except asyncio.CancelledError:
                 if job.settled:  # abandoned: settled, hooks and all, when it was
@@ -249,14 +250,14 @@ class InFlight(Component):
     # -- reasons to cut a run short: timeout, abort, shutdown, overdue ----------------------
 
     def interrupt(self, job: RunningJob, reason: Interrupt) -> None:
-        """Cancel the job's task (again, if it was already) and record ``reason``, unless
-        a stronger reason is recorded already. A job in its thread is not cancelled (it
-        would wait for the thread all the same): the reason settles it when it returns."""
-        if job.settled or job.handle is None:
+        """Record ``reason`` (unless a stronger one is) and cancel the job's task, once it
+        began (before, a cancel would skip its code: it settles by the reason as it begins).
+        A job in its thread is not cancelled: the reason settles it when it returns."""
+        if job.settled:
             return
         if job.interrupt is None or reason > job.interrupt:
             job.interrupt = reason
-        if not self._in_thread(job):
+        if job.handle is not None and not self._in_thread(job):  # (None: not begun yet)
             job.handle.cancel()
 
     def time_out(self, job: RunningJob) -> None:

@@ -8,7 +8,10 @@ import pytest
 from redis.asyncio import Redis
 
 import aioqueue
-from tests.helpers import counts, drain, wait_until
+from aioqueue.core.lifecycle import Taken
+from aioqueue.worker.acks import Batcher
+from aioqueue.worker.inflight import InFlight
+from tests.helpers import counts, drain, now, wait_until
 
 
 async def _status_is(job: aioqueue.Job[object], status: aioqueue.JobStatus) -> bool:
@@ -146,3 +149,32 @@ async def test_a_started_worker_hears_cancels_before_it_takes_a_job(
         assert subscribers == 1
     finally:
         await worker.stop()
+
+
+async def test_an_abort_heard_before_the_job_s_task_began_ends_it(
+    app: aioqueue.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The abort message can come in the same loop step as the take's reply: the job's task
+    was made but had not begun. Cancelled then, the task ended without a line of its code
+    (the job never settled, its slot held until shutdown); now the abort is recorded, and
+    the task ends the job as aborted when it begins."""
+    ran = []
+
+    @app.task
+    async def long() -> None:
+        ran.append(True)
+        await asyncio.Event().wait()
+
+    admit = InFlight.admit
+
+    def admit_then_abort(self: InFlight, taken: Taken, acks: Batcher, **kw: bool) -> None:
+        admit(self, taken, acks, **kw)
+        self.abort(acks.name, taken.id)  # (before the loop runs the new task)
+
+    monkeypatch.setattr(InFlight, "admit", admit_then_abort)
+    job = await long.enqueue()
+    async with app.worker(concurrency=1) as worker:
+        with pytest.raises(aioqueue.JobCancelled):
+            await job.result(timeout=10)
+        await wait_until(lambda: now(worker.running == 0))
+    assert ran == []

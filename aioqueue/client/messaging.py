@@ -35,8 +35,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import orjson
 
-from ..core.errors import ConfigError, NotAMember, PayloadTooLarge, SerializationError
+from ..core.errors import ConfigError, NotAMember, PayloadTooLarge
 from ..core.keys import ChannelKeys, channels_registry, member_groups, validate_name
+from ..core.payload import encode_json
 from ..core.settings import DEFAULT_MAX_MESSAGES
 from ..store import reads
 from ..store.posting import PostBatcher
@@ -119,10 +120,7 @@ def encode_bodies(bodies: Iterable[Any], max_bytes: int) -> list[bytes]:
     """Every body as JSON, checked before anything is sent (an error writes nothing)."""
     encoded = []
     for body in bodies:
-        try:
-            raw = orjson.dumps(body)
-        except TypeError as exc:
-            raise SerializationError(f"message body is not JSON-serializable: {exc}") from exc
+        raw = encode_json(body, "message body")
         if len(raw) > max_bytes:
             raise PayloadTooLarge(len(raw), max_bytes, "message")
         encoded.append(raw)

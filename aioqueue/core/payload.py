@@ -10,6 +10,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -21,7 +22,7 @@ from .converters import json_default
 from .errors import ChildFailed, PayloadError, PayloadTooLarge, SerializationError
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
 
 WIRE_VERSION = 1
 
@@ -169,10 +170,39 @@ def _check_integers(raw: bytes) -> None:
 
 def encode_result(value: object) -> bytes:
     """Encode a handler's return value; raise SerializationError if JSON cannot hold it."""
+    return encode_json(value, "result")
+
+
+def encode_json(value: object, what: str) -> bytes:
+    """``value`` as JSON; SerializationError naming ``what`` if JSON cannot hold it as it
+    is: a type it lacks, or a NaN or an infinity (orjson would write null)."""
     try:
-        return orjson.dumps(value)
+        raw = orjson.dumps(value)
     except TypeError as exc:
-        raise SerializationError(f"result is not JSON-serializable: {exc}") from exc
+        raise SerializationError(f"{what} is not JSON-serializable: {exc}") from exc
+    if b"null" in raw and value is not None and (found := _non_finite(value, "")) is not None:
+        path, number = found
+        where = f" at {path}" if path else ""
+        raise SerializationError(
+            f"{what} holds {number!r}{where}: JSON has no NaN or infinity (send None, or a str)"
+        )
+    return raw
+
+
+def _non_finite(value: object, path: str) -> tuple[str, float] | None:
+    """The first NaN or infinity inside ``value``, with its path (``['scores'][2]``)."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path, value)
+    if isinstance(value, list | tuple):
+        items: Iterable[tuple[object, object]] = enumerate(value)
+    elif isinstance(value, dict):
+        items = ((repr(key), item) for key, item in value.items())
+    else:
+        return None
+    for key, item in items:
+        if (found := _non_finite(item, f"{path}[{key}]")) is not None:
+            return found
+    return None
 
 
 def encode_error(error_type: str, message: str, traceback: str) -> bytes:

@@ -96,6 +96,8 @@ async def test_bad_bodies_raise_and_write_nothing(app: aioqueue.App) -> None:
     inbox = app.mailbox("strict")
     with pytest.raises(aioqueue.SerializationError, match="not JSON-serializable"):
         await inbox.send_many([1, object()])
+    with pytest.raises(aioqueue.SerializationError, match=r"holds nan at \['x'\]\[1\]"):
+        await inbox.send_many([1, {"x": [0.5, float("nan")]}])  # (JSON would write null)
     with pytest.raises(aioqueue.PayloadTooLarge, match="encoded message is"):
         await inbox.send("x" * (app.settings.max_payload_bytes + 1))
     assert (await inbox.info()).last_id == 0

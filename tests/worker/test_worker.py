@@ -346,8 +346,13 @@ async def test_dead_letter_false_ends_failed_not_dead(app: aioqueue.App) -> None
     assert info.finished_at_ms is not None
 
 
-@pytest.mark.parametrize("value", [{1, 2}, object(), b"bytes"], ids=["set", "object", "bytes"])
+@pytest.mark.parametrize(
+    "value",
+    [{1, 2}, object(), b"bytes", float("nan"), {"scores": [1.0, float("inf")]}],
+    ids=["set", "object", "bytes", "nan", "inf-inside"],
+)
 async def test_unserializable_result_goes_dead(app: aioqueue.App, value: object) -> None:
+    """Dead with the reason, never stored as something else (JSON would write NaN as null)."""
     calls = 0
 
     @app.task(queue="q", retries=3, backoff=aioqueue.Fixed(0))

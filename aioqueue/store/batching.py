@@ -62,7 +62,7 @@ class EnqueueBatcher:
         self._flusher: asyncio.Task[None] | None = None
 
     async def submit(self, job: NewJob) -> Enqueued:
-        if not self._busy:
+        if not self._busy and not self._pending:
             self._busy = True
             try:
                 async with deadline.keeping(deadline.current()):
@@ -78,8 +78,12 @@ class EnqueueBatcher:
             finally:
                 self._busy = False
                 self._start_flusher()
+        # Behind the jobs already waiting (a caller that enqueues again as soon as its
+        # enqueue returns would otherwise go alone every time, ahead of them).
         future: asyncio.Future[Enqueued] = asyncio.get_running_loop().create_future()
         self._pending.append((job, future, deadline.current()))
+        if not self._busy:
+            self._start_flusher()
         return await future  # (its flush's deadline is no later than this caller's)
 
     async def submit_many(self, jobs: list[NewJob]) -> list[Enqueued]:

@@ -244,3 +244,21 @@ async def test_two_batchers_of_one_queue_on_one_client_keep_one_connection(
             *(two.submit(NewJob(f"b{n}", b"{}", 5)) for n in range(20)),
         )
     assert len(pool._in_use_connections) - in_use == 1  # the one kept for the queue
+
+
+@pytest.mark.real_redis("counts the server's INFO commandstats")
+async def test_a_caller_enqueueing_again_at_once_waits_behind_the_others(
+    app: aioqueue.App, redis: Redis
+) -> None:
+    @app.task
+    async def noop(n: int) -> None: ...
+
+    async def producer() -> None:
+        for n in range(10):
+            await noop.enqueue(n)
+
+    await noop.enqueue(-1)  # connect and load the scripts first
+    before = await _evalsha_calls(redis)
+    await asyncio.gather(*(producer() for _ in range(20)))
+    calls = await _evalsha_calls(redis) - before
+    assert calls < 40, calls  # not one call per job: a lone caller must not hog the wire

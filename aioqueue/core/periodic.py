@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
+from .converters import json_default
 from .errors import ConfigError
 from .keys import validate_name
 from .priorities import DEFAULT_PRIORITY, resolve_priority
@@ -100,7 +101,8 @@ class Periodic:
                 "every": self.every, "tz": self.tz, "args": list(self.args),
                 "kwargs": self.kwargs, "priority": self.priority, "missed": self.missed,
                 "misfire_grace": self.misfire_grace, "declared": self.declared,
-            }
+            },
+            default=json_default,  # (as an enqueue's arguments: a Decimal, a set, a model)
         )  # fmt: skip
 
     @classmethod

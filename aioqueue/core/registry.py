@@ -9,12 +9,13 @@ sharing its queue, a periodic job's arguments against its handler.
 
 from __future__ import annotations
 
+import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
-from .arguments import decoder_for
+from .arguments import check_sent, decoder_for, plain
 from .backoff import Exponential
-from .errors import ConfigError
+from .errors import ConfigError, InvalidArguments
 from .handlers import (
     SUBSCRIBER_PREFIX,
     TASK_DEFAULTS,
@@ -26,6 +27,7 @@ from .handlers import (
     TaskOptions,
     check_keywords,
 )
+from .payload import encode_payload
 from .periodic import Missed, Periodic
 from .priorities import DEFAULT_PRIORITY, resolve_priority
 
@@ -121,8 +123,7 @@ class Registry:
         task_name = task if isinstance(task, str) else task.name
         known = self.tasks.get(task_name)
         args, kwargs = tuple(schedule.get("args", ())), dict(schedule.get("kwargs") or {})
-        if known is not None:
-            known.check_arguments(args, kwargs)
+        _check_carried(task_name, args, kwargs, known)
         every = schedule.get("every")
         name = schedule.get("name")
         return Periodic(
@@ -241,3 +242,21 @@ def _close_matches(name: str, names: Iterable[str]) -> list[str]:
     import difflib  # (here: only a mistake needs it, never a worker's start)
 
     return difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+
+
+def _check_carried(
+    task: str, args: tuple[Any, ...], kwargs: dict[str, Any], known: Handler[..., Any] | None
+) -> None:
+    """A periodic spec's arguments are checked as an enqueue's are, once, when it is made
+    (not at every tick, in a worker's log): the task takes them, JSON carries them (no NaN,
+    nothing it would change), and they arrive as sent, decoded as the handler declares."""
+    if known is not None:
+        try:
+            known.check_arguments(args, kwargs)
+        except TypeError as exc:
+            raise InvalidArguments(f"task {task!r} cannot take these arguments: {exc}") from exc
+    raw = encode_payload(task, args, kwargs, None, sys.maxsize)  # (its size: checked per tick)
+    decoder = None if known is None else known.decoder
+    if decoder is not None or not plain(args, kwargs):
+        handler = None if known is None else known.fn
+        check_sent(raw, args, kwargs, task=task, handler=handler, decoder=decoder)

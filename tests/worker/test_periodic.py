@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 from datetime import UTC, datetime
+from decimal import Decimal
 
 import pytest
 from redis.asyncio import Redis
@@ -184,3 +185,24 @@ async def _at_least(value: object, count: int) -> bool:
 
 async def _spec_names_are(queue: aioqueue.Queue, names: set[str]) -> bool:
     return {spec.name for spec in await queue.periodic_specs()} == names
+
+
+async def test_a_spec_s_arguments_are_checked_as_an_enqueue_s(app: aioqueue.App) -> None:
+    """Refused when the spec is made (not at every tick, in a worker's log): what JSON
+    cannot carry, or would change; what the handler's annotations decode is fine."""
+
+    @app.task
+    async def report(day: object, total: Decimal | None = None) -> None: ...
+
+    refused = {
+        float("nan"): "argument 'day' is nan: JSON has no NaN",
+        datetime(2026, 1, 1): "argument 'day' is a datetime, which arrives as a str",
+        object(): "task 'report' are not JSON-serializable",
+    }
+    for bad, reason in refused.items():
+        with pytest.raises(aioqueue.SerializationError, match=reason):
+            await app.add_periodic(report, every=60, args=[bad])
+    with pytest.raises(aioqueue.InvalidArguments, match="cannot take these arguments"):
+        await app.add_periodic(report, every=60, kwargs={"week": 1})
+    spec = await app.add_periodic(report, every=60, args=["mon"], kwargs={"total": Decimal("1.5")})
+    assert Periodic.decode(spec.encode()).kwargs == {"total": "1.5"}  # decoded back by the worker

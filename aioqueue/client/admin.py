@@ -213,13 +213,15 @@ class QueueAdmin(TenantAdmin):
         """Put back jobs whose entry vanished while their record stayed (a server that
         evicted keys: see ``aioqueue check``): a queued job missing from its ready list is
         made ready again, and so on. Scans every job record of the queue, and each queued
-        one's ready list (LPOS: O(backlog) per queued job): run it after an eviction, not
-        routinely. Returns how many were repaired; concurrent runs do no harm."""
+        one's ready list (LPOS: O(backlog) per queued job), then recounts the tenants'
+        leases (a tenant's count kept for a vanished job held it at its cap for good): run
+        it after an eviction, not routinely. Returns how many were repaired; concurrent
+        runs do no harm."""
         redis = await self._host.client()
         repaired = 0
         async for ids in reads.job_ids(redis, self.keys, batch=batch):
             repaired += await admin_scripts.reconcile(redis, self.keys, ids)
-        return repaired
+        return repaired + await admin_scripts.recount_tenants(redis, self.keys)
 
     # -- the workers and the server -----------------------------------------------------
 

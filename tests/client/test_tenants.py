@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 import aioqueue
 from aioqueue.core.lifecycle import Settlement
 from aioqueue.core.limits import TenantLimits
+from aioqueue.store.scripts import admin as admin_scripts
 from aioqueue.store.scripts import leasing
 from tests.apps import delivery_app
 from tests.helpers import now, run_until_idle, wait_until
@@ -379,3 +380,34 @@ async def test_a_workflow_s_jobs_may_name_tenants(app: aioqueue.App, redis: Redi
     async with app.worker():
         assert await workflow.result(timeout=10) == 6
     assert (await queue.job(workflow.id).info()).tenant == "t-parent"
+
+
+async def test_reconcile_recounts_a_tenant_s_leases_after_a_record_vanished(
+    app: aioqueue.App, redis: Redis
+) -> None:
+    """A leased job whose record vanished (an evicting server) is dropped by reclaim with
+    no record to say whose it was: its tenant kept it counted, and at its cap of 1 never
+    started again. reconcile() recounts the leases and lets the tenant go on."""
+
+    @app.task
+    async def work(n: int) -> int:
+        return n
+
+    queue = app.queue()
+    await queue.set_tenant_limits("A", max_running=1)
+    first = await work.enqueue(1).options(tenant="A")
+    second = await work.enqueue(2).options(tenant="A")
+    client = await app.client()
+    taken = await leasing.take(client, queue.keys, lease="gone:1", lease_ms=60_000, limit=10)
+    assert [job.job_id for job in taken.jobs] == [first.id]  # (the cap holds the second)
+    await redis.delete(f"{queue.keys.job_prefix}{first.id}")  # evicted...
+    await redis.zrem(queue.keys.active, first.id)  # ...and its lease dropped
+    running = queue.keys.tenant_key("running")
+    assert await redis.hget(running, "A") == b"1"  # counted for good
+    assert await admin_scripts.recount_tenants(client, queue.keys, "B") == 0  # (A's left be)
+    assert await redis.hget(running, "A") == b"1"
+    assert await queue.reconcile() == 1
+    assert await redis.hget(running, "A") is None
+    assert await queue.reconcile() == 0  # nothing left to repair
+    async with app.worker():
+        assert await second.result(timeout=10) == 2

@@ -27,7 +27,11 @@ _TRIM_DEAD = Script("trim_dead")
 _RECONCILE = Script("reconcile")
 _RESUME = Script("resume")
 _DEBOUNCE = Script("debounce")
-SCRIPTS = (_CANCEL, _RESCHEDULE, _REQUEUE, _PURGE, _TRIM_DEAD, _RECONCILE, _RESUME, _DEBOUNCE)
+_RECOUNT_TENANTS = Script("recount_tenants")
+SCRIPTS = (
+    _CANCEL, _RESCHEDULE, _REQUEUE, _PURGE, _TRIM_DEAD, _RECONCILE, _RESUME, _DEBOUNCE,
+    _RECOUNT_TENANTS,
+)  # fmt: skip
 
 MAX_WAKE_TOKENS = 1000  # a resume wakes at most this many takes (each takes many jobs)
 
@@ -107,3 +111,11 @@ async def reconcile(redis: Redis, keys: QueueKeys, job_ids: Sequence[bytes]) -> 
     args = _RECONCILE.layout.args(ids=list(job_ids))
     _, repaired = await _RECONCILE(redis, _RECONCILE.layout.keys(keys), args)
     return int(repaired)
+
+
+async def recount_tenants(redis: Redis, keys: QueueKeys, tenant: str = "") -> int:
+    """Set the tenants' running counts (``tenant``'s only, if given) to their jobs leased
+    now (a vanished record left one counted for good); how many were wrong."""
+    args = _RECOUNT_TENANTS.layout.args(tenant=tenant)
+    wrong = await _RECOUNT_TENANTS(redis, _RECOUNT_TENANTS.layout.keys(keys), args)
+    return int(wrong)

@@ -93,14 +93,15 @@ async def lease(
     """Enqueue ``job_id`` (unless its record exists already) and take it; return the job.
 
     Asserts that ``job_id`` is the one job taken, so nothing else may be ready ahead of it.
-    The lease token is ``token``, or by default a fresh ``"w:<n>"`` on every call.
+    The lease token is ``token``, or by default a fresh ``"lease:<n>"`` on every call
+    (never ``take``'s default ``"w:1"``: a take with a token already used is a resend).
     """
     if not await db.exists(keys.job(job_id)):
         await put(db, keys, job_id, priority=priority, max_attempts=max_attempts)
     taken = await leasing.take(
         db,
         keys,
-        lease=token if token is not None else f"w:{next(_lease_tokens)}",
+        lease=token if token is not None else f"lease:{next(_lease_tokens)}",
         lease_ms=LEASE_MS,
         limit=1,
     )

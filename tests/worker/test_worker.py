@@ -124,8 +124,15 @@ async def test_finished_jobs_are_freed_without_the_garbage_collector(app: aioque
         finally:
             gc.enable()
 
-    few, many = await garbage_after_draining(50), await garbage_after_draining(550)
-    assert many - few < 250, f"{many - few} more objects left in cycles by 500 more jobs"
+    # A cycle per job shows in every round; a loaded machine's (timeouts that came, takes
+    # that came back short) in some: the best of three rounds is what the jobs leave.
+    extra = []
+    for _ in range(3):
+        few, many = await garbage_after_draining(50), await garbage_after_draining(550)
+        extra.append(many - few)
+        if extra[-1] < 250:
+            break
+    assert min(extra) < 250, f"{extra} more objects left in cycles by 500 more jobs"
 
 
 # -- timeouts -------------------------------------------------------------------------------

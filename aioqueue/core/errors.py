@@ -222,11 +222,12 @@ class EnqueueUnconfirmed(ServerUnavailable):
     result expires), so retrying with ``.options(id=error.job_id)`` cannot run it twice."""
 
     def __init__(self, job_ids: list[str], cause: BaseException, where: str = "") -> None:
-        what = f"job {job_ids[0]}" if len(job_ids) == 1 else f"{len(job_ids)} jobs"
+        one = len(job_ids) == 1
+        what = f"job {job_ids[0]} was" if one else f"{len(job_ids):,} jobs were"
         at = f" at Redis {where}" if where else ""
         super().__init__(
-            f"could not confirm that {what} was enqueued{at} ({describe(cause)}); "
-            f"retry with .options(id={job_ids[0]!r})" + (" (and so on)" if len(job_ids) > 1 else "")
+            f"could not confirm that {what} enqueued{at} ({describe(cause)}); "
+            f"retry with .options(id={job_ids[0]!r})" + ("" if one else " (and so on)")
         )
         self.job_id = job_ids[0]
         self.job_ids = job_ids

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 DONE_SLOTS = 4096
 """Hashes per generation of completed jobs: few enough entries each to stay listpack-
-encoded (at most 128 by default) up to half a million jobs per idempotency window."""
+encoded (hash-max-listpack-entries: 512 by default, 128 in the shipped redis.conf) up to
+2 (or 0.5) million jobs per idempotency window; past that, ~88 B a job, not ~26 B."""
 
 
 def done_slot(job_id: bytes) -> int:

@@ -70,7 +70,8 @@ end
 -- done: completed jobs that returned nothing, kept compactly for the idempotency window
 -- (span_ms): not a record each (a key costs ~190 B of memory however small) but a field
 -- of one of 4096 small hashes per generation, `<done_prefix><span_ms>:<generation>:<slot>`
--- (listpack-encoded while they hold at most 128 entries: ~30 B a job). A generation lasts
+-- (listpack-encoded while they hold at most hash-max-listpack-entries, 512 by default:
+-- ~26 B a job; ~88 B past it). A generation lasts
 -- span_ms and its hashes expire one span after it ends, so an id is found, in its slot of
 -- the current or the previous generation, for between one and two spans.
 -- The slot is keys.done_slot() in Python. A generated id (20 characters, a millisecond

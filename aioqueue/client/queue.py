@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+BULK_ROUND = 50_000  # jobs an enqueue_many sends a round trip (each within enqueue_timeout)
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -146,8 +148,10 @@ class Queue(QueueAdmin):
     async def enqueue_many(self, calls: Iterable[EnqueueCall[Any]]) -> list[Job[Any]]:
         """Bulk enqueue: ``await queue.enqueue_many(task.enqueue(x) for x in xs)``.
 
-        Every call is validated and encoded first (an error writes nothing); then all go
-        to Redis in one round trip, in script calls of up to 1,000 jobs, in order.
+        Every call is validated and encoded first (an error writes nothing); then they go
+        to Redis in order, in script calls of up to 1,000 jobs, BULK_ROUND jobs a round
+        trip, each round within ``enqueue_timeout``. If one fails, the rounds before it
+        are in Redis and the error names the jobs from its round on.
         """
         calls = list(calls)
         if any(call._options.debounce is not None for call in calls):
@@ -155,16 +159,17 @@ class Queue(QueueAdmin):
         with contextlib.ExitStack() as stack:
             observed = stack if self._host.registry.observers else None
             new = [call._prepare_for(self, observed) for call in calls]
+            results: list[Enqueued] = []
             try:
                 if any(call._options.linked for call in calls):
                     results = await self._write_linked(
                         [_linked(job, call._options) for job, call in zip(new, calls, strict=True)]
                     )
-                else:
+                for start in range(len(results), len(new), BULK_ROUND):
                     async with self._deadline():
-                        results = await self._batcher.submit_many(new)
+                        results += await self._batcher.submit_many(new[start : start + BULK_ROUND])
             except CALL_FAILURES as exc:
-                raise self._failure(exc, [job.id for job in new]) from exc
+                raise self._failure(exc, [job.id for job in new[len(results) :]]) from exc
         if self._host.eager_mode.on:
             await self._host.eager_mode.run()
         return [Job(self, job.id, created=r.created) for job, r in zip(new, results, strict=True)]

@@ -449,3 +449,39 @@ async def test_without_an_idempotency_window_nothing_is_kept(
             await job.status()
     finally:
         await app.close()
+
+
+async def test_a_bulk_enqueue_goes_in_rounds_and_a_failed_round_names_its_jobs_on(
+    app: aioqueue.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each round trip of enqueue_many has its own enqueue_timeout (a million jobs in one
+    ran past it); a round that fails leaves the rounds before it in Redis, and the error
+    names the jobs from that round on."""
+    from redis import exceptions as redis_errors
+
+    from aioqueue.client import queue as queue_module
+    from aioqueue.store.batching import EnqueueBatcher
+
+    @app.task
+    async def noop(n: int) -> None: ...
+
+    monkeypatch.setattr(queue_module, "BULK_ROUND", 3)
+    rounds: list[int] = []
+    submit_many = EnqueueBatcher.submit_many
+
+    async def counted(self: EnqueueBatcher, jobs: list[Any]) -> Any:
+        rounds.append(len(jobs))
+        if len(rounds) == 4:  # (the second round of the second call)
+            raise redis_errors.ConnectionError("gone")
+        return await submit_many(self, jobs)
+
+    monkeypatch.setattr(EnqueueBatcher, "submit_many", counted)
+    queue = app.queue()
+    jobs = await queue.enqueue_many(noop.enqueue(n) for n in range(5))
+    assert rounds == [3, 2] and all(job.created for job in jobs)
+    calls = [noop.enqueue(n).options(id=f"b{n}") for n in range(5, 12)]
+    with pytest.raises(aioqueue.EnqueueUnconfirmed) as failed:
+        await queue.enqueue_many(calls)
+    assert rounds == [3, 2, 3, 3]
+    assert failed.value.job_ids == [f"b{n}" for n in range(8, 12)]  # (b5..b7 are in)
+    assert (await queue.counts()).ready == 5 + 3

@@ -60,7 +60,8 @@ class ChannelMoved(ConnectionError):
     """A Redis Cluster moved a subscribed channel's slot to another node: subscribe again."""
 
 
-SHARDED_POLL = 0.1  # seconds: a sharded listener has no wake channel, it checks this often
+SHARDED_POLL = 0.1  # seconds: how often a sharded listener looks whether to stop (a wake-up
+# reaches it sooner where it has wake channels: see `wake`)
 
 
 class PubSubConnection:
@@ -151,6 +152,21 @@ class PubSubConnection:
         for pool in pools:
             with contextlib.suppress(RedisError, OSError):
                 await pool.disconnect()
+
+
+async def wake(redis: Redis, channels: Sequence[str], token: bytes = b"stop") -> None:
+    """Publish ``token`` to wake a listener subscribed to ``channels``: on one server on
+    the first (its one connection hears them all); on a Redis Cluster, on one channel of
+    each node serving some (each node's connection hears only its own shard's)."""
+    if not is_cluster(redis):
+        await redis.publish(channels[0], token)
+        return
+    cluster = cast("RedisCluster", redis)
+    by_node: dict[str, str] = {}
+    for channel in channels:
+        if (node := cluster.get_node_from_key(channel)) is not None:
+            by_node.setdefault(node.name, channel)
+    await asyncio.gather(*(cluster.spublish(channel, token) for channel in by_node.values()))
 
 
 _UNSHARDED = {"smessage": "message", "ssubscribe": "subscribe"}

@@ -72,10 +72,12 @@ class PubSubConnection:
     because the scripts SPUBLISH each message on the shard of its queue. Messages reach
     ``heard`` as on one server (types ``message`` and ``subscribe``); a slot that moves
     ends the round (``ChannelMoved``), as a dead connection does, and the listener
-    subscribes again from the new slot map."""
+    subscribes again from the new slot map (``again``: a round after one that failed reads
+    the slot map first; a first round goes by the client's, read when it connected)."""
 
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis, *, again: bool = True) -> None:
         self._redis = redis
+        self._again = again
         self.sharded = is_cluster(redis)
         self._pubsubs: dict[str, PubSub] = {}  # node name ("" on one server) -> its pubsub
         self._pools: dict[str, ConnectionPool] = {}  # cluster: node name -> a pool of its own
@@ -96,7 +98,7 @@ class PubSubConnection:
             await pubsub.subscribe(*channels)
             return True
         cluster = cast("RedisCluster", self._redis)
-        if not self._pubsubs:  # a new round: read the slot map again (a slot may have moved)
+        if not self._pubsubs and self._again:  # the slot map again (a slot may have moved)
             await cluster.nodes_manager.initialize()
         by_slot: dict[tuple[str, int], list[bytes]] = {}  # one SSUBSCRIBE per slot
         for channel in channels:

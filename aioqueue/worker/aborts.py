@@ -64,15 +64,17 @@ class AbortListener(Component):
         await wake(self._redis, self._wake_channels)
 
     async def _run(self) -> None:
+        again = False  # (a round after a failure reads the slot map again: PubSubConnection)
         while not self.stopping.is_set():
             try:
-                await self._listen()
+                await self._listen(again)
             except (RedisError, RedisClusterException, ConnectionError) as exc:  # leases cover it
                 self._outage.failed(exc)  # (and subscribes again)
                 await wait_event(self.stopping, RETRY_PAUSE)
+            again = True
 
-    async def _listen(self) -> None:
-        subscriber = PubSubConnection(self._redis)
+    async def _listen(self, again: bool) -> None:
+        subscriber = PubSubConnection(self._redis, again=again)
         try:
             wakes = [channel.encode() for channel in self._wake_channels]  # see unblock()
             await subscriber.subscribe([*self._queue_of, *wakes])

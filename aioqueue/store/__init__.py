@@ -8,6 +8,7 @@ layout        each script's KEYS and ARGV, read from its header: the one place t
 loader        the Lua files, their shared snippets, EVALSHA with a reload
 wire          commands packed by hand and sent on a pool connection (the hot path)
 routing       where packed calls go: the client's pool, or a Cluster's node by key slot
+slots         a queue's MULTI/EXEC (counts, settings) on its Cluster node, redirects followed
 batching      concurrent enqueues coalesced into one script call per round trip
 posting       concurrent single posts to one log (mailbox, group, topic) merged likewise
 reads         typed reads of queue state (records, counts, history, messages)

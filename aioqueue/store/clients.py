@@ -140,9 +140,7 @@ class Connector:
             raise ServerUnavailable(f"no Redis URL: pass App(redis_url=...) or set {ENV_REDIS_URL}")
         clients = make_clients(check_redis_url(url), self._settings)
         try:
-            await load_all(clients.internal)
-            await warn_if_evicting(clients.internal)
-            await settle_cluster(clients.shared)
+            await _prepare(clients)
         except RedisClusterException as exc:  # no node of the cluster answered
             await clients.aclose()
             raise ServerUnavailable(f"cannot reach the cluster at {mask_url(url)}: {exc}") from exc
@@ -154,3 +152,20 @@ class Connector:
     async def close(self) -> None:
         in_use, self._in_use = self._in_use, InUse()
         await in_use.aclose()
+
+
+async def _prepare(clients: Clients) -> None:
+    """Load the scripts and look at the eviction policy (the internal client), and read a
+    Cluster's slot map (the shared one: see ``settle_cluster``), both at once: on a
+    Cluster, each client's first look at the topology is a few round trips."""
+
+    async def prepare_internal() -> None:
+        await load_all(clients.internal)
+        await warn_if_evicting(clients.internal)
+
+    done = await asyncio.gather(
+        prepare_internal(), settle_cluster(clients.shared), return_exceptions=True
+    )
+    for result in done:  # (both ended: the caller may close the clients at once)
+        if isinstance(result, BaseException):
+            raise result

@@ -60,7 +60,8 @@ class ChannelMoved(ConnectionError):
     """A Redis Cluster moved a subscribed channel's slot to another node: subscribe again."""
 
 
-SHARDED_POLL = 0.1  # seconds: a sharded listener has no wake channel, it checks this often
+SHARDED_POLL = 0.1  # seconds: how often a sharded listener looks whether to stop (a wake-up
+# reaches it sooner where it has wake channels: see `wake`)
 
 
 class PubSubConnection:
@@ -71,10 +72,12 @@ class PubSubConnection:
     because the scripts SPUBLISH each message on the shard of its queue. Messages reach
     ``heard`` as on one server (types ``message`` and ``subscribe``); a slot that moves
     ends the round (``ChannelMoved``), as a dead connection does, and the listener
-    subscribes again from the new slot map."""
+    subscribes again from the new slot map (``again``: a round after one that failed reads
+    the slot map first; a first round goes by the client's, read when it connected)."""
 
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis, *, again: bool = True) -> None:
         self._redis = redis
+        self._again = again
         self.sharded = is_cluster(redis)
         self._pubsubs: dict[str, PubSub] = {}  # node name ("" on one server) -> its pubsub
         self._pools: dict[str, ConnectionPool] = {}  # cluster: node name -> a pool of its own
@@ -95,7 +98,7 @@ class PubSubConnection:
             await pubsub.subscribe(*channels)
             return True
         cluster = cast("RedisCluster", self._redis)
-        if not self._pubsubs:  # a new round: read the slot map again (a slot may have moved)
+        if not self._pubsubs and self._again:  # the slot map again (a slot may have moved)
             await cluster.nodes_manager.initialize()
         by_slot: dict[tuple[str, int], list[bytes]] = {}  # one SSUBSCRIBE per slot
         for channel in channels:
@@ -151,6 +154,21 @@ class PubSubConnection:
         for pool in pools:
             with contextlib.suppress(RedisError, OSError):
                 await pool.disconnect()
+
+
+async def wake(redis: Redis, channels: Sequence[str], token: bytes = b"stop") -> None:
+    """Publish ``token`` to wake a listener subscribed to ``channels``: on one server on
+    the first (its one connection hears them all); on a Redis Cluster, on one channel of
+    each node serving some (each node's connection hears only its own shard's)."""
+    if not is_cluster(redis):
+        await redis.publish(channels[0], token)
+        return
+    cluster = cast("RedisCluster", redis)
+    by_node: dict[str, str] = {}
+    for channel in channels:
+        if (node := cluster.get_node_from_key(channel)) is not None:
+            by_node.setdefault(node.name, channel)
+    await asyncio.gather(*(cluster.spublish(channel, token) for channel in by_node.values()))
 
 
 _UNSHARDED = {"smessage": "message", "ssubscribe": "subscribe"}

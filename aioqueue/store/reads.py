@@ -25,12 +25,14 @@ from ..core.records import (
     ScheduledJob,
 )
 from .routing import server_time
+from .slots import transaction
 from .tenants import counted as tenant_counts
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable
 
     from redis.asyncio import Redis
+    from redis.asyncio.client import Pipeline
 
 
 async def job_info(
@@ -128,22 +130,7 @@ async def counts(redis: Redis, keys: QueueKeys, *, top_tenants: int = 10) -> Que
     second for the ``top_tenants`` with the most ready jobs, if any tenant has some).
     Ready is what the ready lists (the tenants' too) hold less the entries of cancelled
     jobs that take will skip, per priority level too."""
-    async with redis.pipeline(transaction=True) as pipe:
-        for key in keys.ready_lists():
-            pipe.llen(key)
-        pipe.hgetall(keys.skipped)
-        pipe.zcard(keys.schedule)
-        pipe.zcard(keys.active)
-        pipe.zcard(keys.dead)
-        pipe.exists(keys.paused)
-        pipe.get(keys.waiting)
-        pipe.zcard(keys.completed)
-        pipe.hgetall(keys.tenant_key("ready"))
-        pipe.hlen(keys.tenant_key("held"))
-        pipe.zcard(keys.tenants)
-        if top_tenants > 0:
-            pipe.zrevrange(keys.tenants, 0, top_tenants - 1, withscores=True)
-        replies = await pipe.execute()
+    replies = await transaction(redis, keys.base, lambda pipe: _count(pipe, keys, top_tenants))
     if top_tenants <= 0:
         replies.append([])
     *lengths, skipped, scheduled, active, dead, paused, waiting, complete = replies[:-4]
@@ -158,6 +145,24 @@ async def counts(redis: Redis, keys: QueueKeys, *, top_tenants: int = 10) -> Que
         tenants=int(tenants), tenants_held=int(held),
         top_tenants=tuple(await tenant_counts(redis, keys, top)),
     )  # fmt: skip
+
+
+def _count(pipe: Pipeline, keys: QueueKeys, top_tenants: int) -> None:
+    """Queue the reads of ``counts``."""
+    for key in keys.ready_lists():
+        pipe.llen(key)
+    pipe.hgetall(keys.skipped)
+    pipe.zcard(keys.schedule)
+    pipe.zcard(keys.active)
+    pipe.zcard(keys.dead)
+    pipe.exists(keys.paused)
+    pipe.get(keys.waiting)
+    pipe.zcard(keys.completed)
+    pipe.hgetall(keys.tenant_key("ready"))
+    pipe.hlen(keys.tenant_key("held"))
+    pipe.zcard(keys.tenants)
+    if top_tenants > 0:
+        pipe.zrevrange(keys.tenants, 0, top_tenants - 1, withscores=True)
 
 
 def _live(lengths: list[int], skipped: dict[bytes, bytes]) -> dict[int, int]:

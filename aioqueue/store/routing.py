@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from redis.asyncio import ConnectionPool, RedisCluster
+from redis.asyncio import ConnectionPool, Redis, RedisCluster
 from redis.exceptions import (
     AskError,
     MovedError,
@@ -44,7 +44,6 @@ from ..core.errors import describe
 from . import deadline, wire
 
 if TYPE_CHECKING:
-    from redis.asyncio import Redis
     from redis.asyncio.cluster import ClusterNode
     from redis.asyncio.connection import AbstractConnection
 
@@ -76,6 +75,7 @@ class Lines:
         self.redis = redis
         self._kept: dict[str, AbstractConnection] = {}  # key -> a kept connection
         self._node_pools: dict[str, ConnectionPool] = {}  # cluster: node name -> its pool
+        self._node_clients: dict[str, Redis] = {}  # cluster: node name -> a client of it
         self.redirects: Counter[str] = Counter()  # cluster: MOVED / ASK / TRYAGAIN followed
 
     async def send(
@@ -133,11 +133,26 @@ class Lines:
         if not is_cluster(self.redis):
             for connection in kept.values():
                 await self.redis.connection_pool.release(connection)
-        pools, self._node_pools = self._node_pools, {}
+        pools, self._node_pools, self._node_clients = self._node_pools, {}, {}
         for pool in pools.values():
             await pool.disconnect()
 
     # -- Redis Cluster -------------------------------------------------------------------
+
+    def node_pool(self, node: ClusterNode) -> ConnectionPool:
+        """This client's pool of raw connections to a cluster node (made on first use)."""
+        pool = self._node_pools.get(node.name)
+        if pool is None:
+            pool = self._node_pools[node.name] = node_pool(node)
+        return pool
+
+    def node_client(self, node: ClusterNode) -> Redis:
+        """A plain client of one cluster node over its pool here (``slots``: calls whose
+        keys share one slot, sent there rather than through redis-py's routing)."""
+        client = self._node_clients.get(node.name)
+        if client is None:
+            client = self._node_clients[node.name] = Redis(connection_pool=self.node_pool(node))
+        return client
 
     async def _send_cluster(
         self,
@@ -155,11 +170,11 @@ class Lines:
         redirects, loop = 0, asyncio.get_running_loop()
         give_up = loop.time() + (deadline.remaining(TRY_AGAIN_FOR) or 0.0)
         redirect = ResponseError("no master serves the slot")
-        pause = _Pause()
+        pause = Pause()
         while redirects < MAX_REDIRECTS and loop.time() < give_up:
             node = asking or cluster.get_node_from_key(key)
             if node is None:  # no master for the slot (a failover under way)
-                await _read_slots(cluster, pause)
+                await read_slots(cluster, pause)
                 continue
             try:
                 got = await self._on_node(node, script, commands, todo, on_reply, asking)
@@ -168,7 +183,7 @@ class Lines:
                 # rather than knock on the same door. A patient call (an enqueue) tries
                 # again within its deadline; what went out may have run: it goes as resent.
                 patient = _patient() and loop.time() < give_up
-                await _read_slots(cluster, pause if patient else None)
+                await read_slots(cluster, pause if patient else None)
                 if not patient:
                     raise
                 commands, asking = (resent(commands) if resent else commands), None
@@ -187,7 +202,7 @@ class Lines:
 
     @staticmethod
     async def _follow(
-        cluster: RedisCluster, redirect: ResponseError, pause: _Pause
+        cluster: RedisCluster, redirect: ResponseError, pause: Pause
     ) -> ClusterNode | None:
         """Act on a redirection; the node to send to with ASKING (for an ASK)."""
         if isinstance(redirect, MovedError):  # the slot map is stale: read it again
@@ -218,9 +233,7 @@ class Lines:
             if on_reply is not None:
                 on_reply(todo[index], reply)
 
-        pool = self._node_pools.get(node.name)
-        if pool is None:
-            pool = self._node_pools[node.name] = node_pool(node)
+        pool = self.node_pool(node)
         connection = await wire.checkout(pool)
         try:
             if asking is None:
@@ -247,7 +260,7 @@ def _patient() -> bool:
     return current is not None and current.patient
 
 
-async def _read_slots(cluster: RedisCluster, pause: _Pause | None) -> None:
+async def read_slots(cluster: RedisCluster, pause: Pause | None) -> None:
     """Read the slot map again (if a node answers), then pause (if given)."""
     with contextlib.suppress(RedisError, RedisClusterException):
         await cluster.nodes_manager.initialize()
@@ -255,7 +268,7 @@ async def _read_slots(cluster: RedisCluster, pause: _Pause | None) -> None:
         await pause.sleep()
 
 
-class _Pause:
+class Pause:
     """The pauses between TRYAGAINs of one call: TRY_AGAIN_PAUSE, doubling up to
     TRY_AGAIN_MAX_PAUSE (and never past the call's deadline)."""
 

@@ -8,11 +8,13 @@ from typing import TYPE_CHECKING, cast
 
 from ..core.errors import describe
 from ..core.periodic import Periodic
+from .slots import transaction
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from redis.asyncio import Redis
+    from redis.asyncio.client import Pipeline
 
     from ..core.keys import QueueKeys
 
@@ -34,11 +36,13 @@ async def load(redis: Redis, keys: QueueKeys) -> list[Periodic]:
 async def add(redis: Redis, keys: QueueKeys, spec: Periodic) -> None:
     """Store a spec, and leave a token on the schedule-wake list: every promoter waiting
     on it wakes its periodic scheduler, which re-reads the specs at once."""
-    async with redis.pipeline(transaction=True) as pipe:
+
+    def store(pipe: Pipeline) -> None:
         pipe.hset(keys.periodic, spec.name, spec.encode())
         pipe.rpush(keys.schedule_wake, 0)
         pipe.ltrim(keys.schedule_wake, -1, -1)
-        await pipe.execute()
+
+    await transaction(redis, keys.base, store)
 
 
 async def remove(redis: Redis, keys: QueueKeys, name: str) -> bool:
@@ -52,9 +56,11 @@ async def sync_declared(redis: Redis, keys: QueueKeys, declared: Sequence[Period
     names = {spec.name for spec in declared}
     stale = [spec.name for spec in await load(redis, keys)
              if spec.declared and spec.name not in names]  # fmt: skip
-    async with redis.pipeline(transaction=True) as pipe:
+
+    def store(pipe: Pipeline) -> None:
         for spec in declared:
             pipe.hset(keys.periodic, spec.name, spec.encode())
         if stale:
             pipe.hdel(keys.periodic, *stale)
-        await pipe.execute()
+
+    await transaction(redis, keys.base, store)

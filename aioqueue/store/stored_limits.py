@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..core.limits import QueueLimits
+from .slots import transaction
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
+    from redis.asyncio.client import Pipeline
 
     from ..core.keys import QueueKeys
 
@@ -19,8 +21,11 @@ async def read(redis: Redis, keys: QueueKeys) -> QueueLimits:
 
 async def write(redis: Redis, keys: QueueKeys, limits: QueueLimits) -> None:
     """Replace the queue's limits (a new rate starts afresh: its state goes too)."""
-    async with redis.pipeline(transaction=True) as pipe:
+    fields = limits.to_fields()
+
+    def replace(pipe: Pipeline) -> None:
         pipe.delete(keys.limits, keys.rate)
-        if fields := limits.to_fields():
+        if fields:
             pipe.hset(keys.limits, mapping=fields)  # type: ignore[arg-type]
-        await pipe.execute()
+
+    await transaction(redis, keys.base, replace)

@@ -7,11 +7,13 @@ from typing import TYPE_CHECKING, cast
 
 from ..core.limits import TenantLimits
 from ..core.records import TenantCount
+from .slots import transaction
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from redis.asyncio import Redis
+    from redis.asyncio.client import Pipeline
 
     from ..core.keys import QueueKeys
 
@@ -27,13 +29,15 @@ async def weights(redis: Redis, keys: QueueKeys) -> dict[str, int]:
 async def set_weights(redis: Redis, keys: QueueKeys, given: Mapping[str, int]) -> None:
     """Set these tenants' weights (a weight of 1 is the default: its field goes)."""
     key = keys.tenant_key("weights")
-    async with redis.pipeline(transaction=True) as pipe:
+
+    def store(pipe: Pipeline) -> None:
         for tenant, weight in given.items():
             if weight == 1:
                 pipe.hdel(key, tenant)
             else:
                 pipe.hset(key, tenant, weight)
-        await pipe.execute()
+
+    await transaction(redis, keys.base, store)
 
 
 async def limits(redis: Redis, keys: QueueKeys, tenant: str | None) -> TenantLimits:
@@ -58,14 +62,16 @@ async def set_limits(
     tenant's new rate starts afresh (its state goes too)."""
     key, field = keys.tenant_key("limits"), DEFAULT if tenant is None else tenant
     value = given.to_field()
-    async with redis.pipeline(transaction=True) as pipe:
+
+    def store(pipe: Pipeline) -> None:
         if value is None:
             pipe.hdel(key, field)
         else:
             pipe.hset(key, field, value)
         if tenant is not None:
             pipe.delete(keys.tenant_key("rate", tenant))
-        await pipe.execute()
+
+    await transaction(redis, keys.base, store)
 
 
 async def ranked(redis: Redis, keys: QueueKeys, *, limit: int, offset: int) -> list[TenantCount]:

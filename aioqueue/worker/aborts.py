@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisClusterException, RedisError
 
-from ..store.pubsub import PubSubConnection
-from ..store.routing import is_cluster
+from ..store.pubsub import PubSubConnection, wake
 from .loops import RETRY_PAUSE, Component, wait_event
 from .outages import Outage
 
@@ -50,7 +49,9 @@ class AbortListener(Component):
         super().__init__()
         self._redis, self._on_abort, self._poll = redis, on_abort, poll
         self._queue_of = {keys.abort_channel.encode(): keys.name for keys in queues}
-        self._wake_channel = queues[0].abort_wake(worker_id)  # a message here ends a wait
+        # A message on one of these ends a wait (on a Redis Cluster each node's connection
+        # hears those of its queues: ``pubsub.wake`` sends one to each).
+        self._wake_channels = [keys.abort_wake(worker_id) for keys in queues]
         self.listening = asyncio.Event()  # subscribed once: a cancel published now is heard
         self._outage = Outage(logger, "listening for aborts", self.stopping.is_set)
 
@@ -58,24 +59,25 @@ class AbortListener(Component):
         return [self._run()]
 
     async def unblock(self) -> None:
-        """End the wait for a message now (one on this listener's own wake channel; on a
-        Redis Cluster, sharded listening has none and checks ``stopping`` often)."""
-        if not is_cluster(self._redis):  # (if it fails: it returns at its poll timeout)
-            await self._redis.publish(self._wake_channel, b"stop")
+        """End the wait for a message now: one on this listener's own wake channels (if
+        it fails, the wait ends at its poll timeout)."""
+        await wake(self._redis, self._wake_channels)
 
     async def _run(self) -> None:
+        again = False  # (a round after a failure reads the slot map again: PubSubConnection)
         while not self.stopping.is_set():
             try:
-                await self._listen()
+                await self._listen(again)
             except (RedisError, RedisClusterException, ConnectionError) as exc:  # leases cover it
                 self._outage.failed(exc)  # (and subscribes again)
                 await wait_event(self.stopping, RETRY_PAUSE)
+            again = True
 
-    async def _listen(self) -> None:
-        subscriber = PubSubConnection(self._redis)
+    async def _listen(self, again: bool) -> None:
+        subscriber = PubSubConnection(self._redis, again=again)
         try:
-            wake = [] if subscriber.sharded else [self._wake_channel.encode()]  # see unblock()
-            await subscriber.subscribe([*self._queue_of, *wake])
+            wakes = [channel.encode() for channel in self._wake_channels]  # see unblock()
+            await subscriber.subscribe([*self._queue_of, *wakes])
             self.listening.set()
             await subscriber.listen(self._heard, self.stopping.is_set, poll=self._poll)
         finally:

@@ -21,6 +21,7 @@ from aioqueue.core.keys import QueueKeys
 from aioqueue.core.settings import check_redis_url, cluster_nodes, mask_url
 from aioqueue.ops.embedded import EmbeddedServer
 from aioqueue.ops.embedded_cluster import EmbeddedCluster
+from aioqueue.store import pubsub
 from aioqueue.store.routing import lines_for
 from tests.helpers import collect_leaked_sockets, leaks_outside, now, produce_confirmed, wait_until
 
@@ -256,6 +257,31 @@ async def test_aborts_and_results_travel_by_sharded_pub_sub(
     stats = [await asyncio.to_thread(_command_calls, node.port) for node in cluster.masters]
     assert all(calls.get("spublish", 0) >= 2 for calls in stats)  # a result and an abort
     assert sum(calls.get("publish", 0) for calls in stats) == 0
+
+
+async def test_a_stopping_worker_wakes_its_abort_listener_on_every_master(
+    app: aioqueue.App,
+    cluster: EmbeddedCluster,
+    prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Its sharded listening has a connection per master: the stop sends a token to each
+    (on a wake channel of a queue there), rather than leave the listener to its poll
+    (made seconds here: the stop would leave it behind, with a warning)."""
+    monkeypatch.setattr(pubsub, "PING_AFTER", 60.0)
+    monkeypatch.setattr(pubsub, "SHARDED_POLL", 60.0)
+    names = queues_on_every_master(cluster, prefix)
+    for name in names:
+
+        @app.task(queue=name, name=f"echo_{name}")
+        async def echo(value: int) -> int:
+            return value
+
+    async with app.worker(queues=names, idle_wait=4) as worker:
+        assert await (await echo.enqueue(1)).result(timeout=5) == 1
+    assert worker.outcomes["complete"] == 1
+    assert "stopping without waiting" not in caplog.text
 
 
 def _reset_stats(port: int) -> None:

@@ -24,10 +24,12 @@ included: packing these by hand would save little and cost that.
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from redis.asyncio import RedisCluster
 
+from ..routing import lines_for
 from . import admin, enqueues, leasing, links, mailboxes, topics
 from .replies import CODES
 
@@ -48,13 +50,19 @@ ALL_SCRIPTS = (
 
 async def load_all(redis: Redis) -> None:
     """Load every script up front, so the hot path never meets NOSCRIPT: in one round trip
-    on one server (a worker's start waits for it); on a Cluster one by one, as redis-py
-    sends each SCRIPT LOAD to every primary."""
-    if isinstance(redis, RedisCluster):
-        for script in ALL_SCRIPTS:
-            await redis.script_load(script.on(redis).source)
+    (a worker's start waits for it); on a Cluster, one on each primary at once (their
+    cluster builds), rather than a round of every primary per script."""
+    if not isinstance(redis, RedisCluster):
+        await _load(redis, redis)
         return
-    pipe = redis.pipeline(transaction=False)
+    await redis.initialize()
+    lines = lines_for(redis)
+    await asyncio.gather(*(_load(lines.node_client(n), redis) for n in redis.get_primaries()))
+
+
+async def _load(server: Redis, client: Redis) -> None:
+    """Load every script on ``server``, as built for ``client``'s (see ``Script.on``)."""
+    pipe = server.pipeline(transaction=False)
     for script in ALL_SCRIPTS:
-        pipe.script_load(script.source)
+        pipe.script_load(script.on(client).source)
     await pipe.execute()

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ..core import arguments
-from ..core.errors import ConfigError, InvalidArguments
-from ..core.handlers import Handler
+from ..core.errors import ConfigError
+from ..core.handlers import Handler, check_call, check_carried
 from ..core.ids import GENERATED_ID_ALPHABET
 from ..core.lifecycle import NewJob
 from ..core.limits import check_tenant
@@ -228,11 +227,8 @@ def prepare(
         name, known = task.name, task
     else:
         name, known = task, find_task(task)
-    if known is not None:
-        try:
-            known.check_arguments(args if inputs is None else (None, *args), kwargs)
-        except TypeError as exc:
-            raise InvalidArguments(f"task {name!r} cannot take these arguments: {exc}") from exc
+    skip = 0 if inputs is None else 1  # (a workflow parent's first argument: its inputs)
+    check_call(name, known, args, kwargs, skip=skip)
     payload = encode_payload(
         name,
         args,
@@ -243,12 +239,7 @@ def prepare(
         options.expires_ms(),
         inputs,
     )
-    decoder = None if known is None else known.decoder
-    if decoder is not None or not arguments.plain(args, kwargs):  # (else: arrive as sent)
-        arguments.check_sent(
-            payload, args, kwargs, task=name, handler=None if known is None else known.fn,
-            decoder=decoder, skip=0 if inputs is None else 1,
-        )  # fmt: skip
+    check_carried(payload, name, known, args, kwargs, skip=skip)
     fresh = options.id is None
     job_id = new_job_id() if options.id is None else options.id
     if options is NO_OPTIONS:  # most enqueues: the task's defaults, nothing to resolve

@@ -159,15 +159,18 @@ class Queue(QueueAdmin):
         with contextlib.ExitStack() as stack:
             observed = stack if self._host.registry.observers else None
             new = [call._prepare_for(self, observed) for call in calls]
-            results: list[Enqueued] = []
+            results: list[Enqueued] = []  # (the rounds confirmed so far)
             try:
                 if any(call._options.linked for call in calls):
                     results = await self._write_linked(
                         [_linked(job, call._options) for job, call in zip(new, calls, strict=True)]
                     )
-                for start in range(len(results), len(new), BULK_ROUND):
-                    async with self._deadline():
-                        results += await self._batcher.submit_many(new[start : start + BULK_ROUND])
+                else:
+                    for start in range(0, len(new), BULK_ROUND):
+                        async with self._deadline():
+                            results += await self._batcher.submit_many(
+                                new[start : start + BULK_ROUND]
+                            )
             except CALL_FAILURES as exc:
                 raise self._failure(exc, [job.id for job in new[len(results) :]]) from exc
         if self._host.eager_mode.on:

@@ -34,7 +34,7 @@ from .dependencies import job_signature
 from .errors import SerializationError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
 _PLAIN = frozenset({str, int, bool, type(None)})  # values that always arrive as sent
 _SCALARS = _PLAIN | {float}  # ...and floats, unless NaN or infinite
@@ -229,9 +229,7 @@ def _problem(value: Any, convert: Convert | None, known: bool) -> str | None:
         return None
     found = _changed(value, "")
     if found is not None and isinstance(found[1], float):
-        path, number = found
-        inside = f" holds {number!r} at {path}" if path else f" is {number!r}"
-        return f"{inside.strip()}: JSON has no NaN or infinity (send None, or a str)"
+        return no_nan(*found)
     if convert is not None:  # a JSON value the annotation turns into another type
         kind = _a(arrived)
         return f"is {_a(value)}, which the worker decodes to {kind} (its annotation): send {kind}"
@@ -248,6 +246,29 @@ def _problem(value: Any, convert: Convert | None, known: bool) -> str | None:
         f"{what}, which arrives as {carried}: declare {kind} in the parameter's annotation "
         f"for the worker to decode it, or send {carried}"
     )
+
+
+def no_nan(path: str, number: float) -> str:
+    """What is wrong with a NaN or an infinity at ``path`` (JSON would write null)."""
+    inside = f"holds {number!r} at {path}" if path else f"is {number!r}"
+    return f"{inside}: JSON has no NaN or infinity (send None, or a str)"
+
+
+def non_finite(value: object, path: str = "") -> tuple[str, float] | None:
+    """The first NaN or infinity inside ``value`` (lists, tuples, dicts), with its path
+    (``['scores'][2]``); for a result or a body, whose other types JSON carries as it may."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path, value)
+    if isinstance(value, list | tuple):
+        items: Iterable[tuple[object, object]] = enumerate(value)
+    elif isinstance(value, dict):
+        items = ((repr(key), item) for key, item in value.items())
+    else:
+        return None
+    for key, item in items:
+        if (found := non_finite(item, f"{path}[{key}]")) is not None:
+            return found
+    return None
 
 
 def _a(value: Any) -> str:

@@ -8,9 +8,10 @@ import inspect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypedDict, TypeVar
 
+from .arguments import check_sent, plain
 from .backoff import Backoff, Exponential
 from .dependencies import injection_for
-from .errors import ConfigError
+from .errors import ConfigError, InvalidArguments
 from .keys import validate_name
 from .limits import QueueLimits, make_limits
 from .middleware import FailureHook, RetryHook, SuccessHook, TaskHooks
@@ -18,7 +19,7 @@ from .priorities import DEFAULT_PRIORITY, resolve_priority
 from .settings import APP_DEFAULTS, DEFAULT_QUEUE, check_timeout
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Mapping
+    from collections.abc import Awaitable, Callable, Mapping, Sequence
 
     from .arguments import ArgumentDecoder
     from .dependencies import Injection
@@ -268,3 +269,40 @@ def check_subscriber(fn: Callable[..., Any], topic: str, group: str) -> None:
             f"subscriber {fn.__name__!r} of topic {topic!r} must take the message body as "
             f"its one argument: {exc}"
         ) from exc
+
+
+def check_call(
+    task: str,
+    known: Handler[..., Any] | None,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    *,
+    skip: int = 0,
+) -> None:
+    """InvalidArguments unless the task (when this app has it: ``known``) takes these
+    arguments, after ``skip`` positional ones the worker fills first (a workflow parent's
+    inputs). The enqueue's check, and a periodic spec's."""
+    if known is None:
+        return
+    try:
+        known.check_arguments((None,) * skip + tuple(args) if skip else args, kwargs)
+    except TypeError as exc:
+        raise InvalidArguments(f"task {task!r} cannot take these arguments: {exc}") from exc
+
+
+def check_carried(
+    raw: bytes,
+    task: str,
+    known: Handler[..., Any] | None,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    *,
+    skip: int = 0,
+) -> None:
+    """SerializationError unless the arguments encoded in the payload ``raw`` arrive as
+    sent (``arguments.check_sent``); plain ones to a task that decodes nothing always do,
+    so most calls skip the read-back."""
+    decoder = None if known is None else known.decoder
+    if decoder is not None or not plain(args, kwargs):
+        handler = None if known is None else known.fn
+        check_sent(raw, args, kwargs, task=task, handler=handler, decoder=decoder, skip=skip)

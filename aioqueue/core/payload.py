@@ -10,7 +10,6 @@ Pure: no I/O.
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -18,11 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from .arguments import no_nan, non_finite
 from .converters import json_default
 from .errors import ChildFailed, PayloadError, PayloadTooLarge, SerializationError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
 
 WIRE_VERSION = 1
 
@@ -180,29 +180,9 @@ def encode_json(value: object, what: str) -> bytes:
         raw = orjson.dumps(value)
     except TypeError as exc:
         raise SerializationError(f"{what} is not JSON-serializable: {exc}") from exc
-    if b"null" in raw and value is not None and (found := _non_finite(value, "")) is not None:
-        path, number = found
-        where = f" at {path}" if path else ""
-        raise SerializationError(
-            f"{what} holds {number!r}{where}: JSON has no NaN or infinity (send None, or a str)"
-        )
+    if b"null" in raw and value is not None and (found := non_finite(value)) is not None:
+        raise SerializationError(f"{what} {no_nan(*found)}")
     return raw
-
-
-def _non_finite(value: object, path: str) -> tuple[str, float] | None:
-    """The first NaN or infinity inside ``value``, with its path (``['scores'][2]``)."""
-    if isinstance(value, float):
-        return None if math.isfinite(value) else (path, value)
-    if isinstance(value, list | tuple):
-        items: Iterable[tuple[object, object]] = enumerate(value)
-    elif isinstance(value, dict):
-        items = ((repr(key), item) for key, item in value.items())
-    else:
-        return None
-    for key, item in items:
-        if (found := _non_finite(item, f"{path}[{key}]")) is not None:
-            return found
-    return None
 
 
 def encode_error(error_type: str, message: str, traceback: str) -> bytes:

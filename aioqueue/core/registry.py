@@ -13,9 +13,9 @@ import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
-from .arguments import check_sent, decoder_for, plain
+from .arguments import decoder_for
 from .backoff import Exponential
-from .errors import ConfigError, InvalidArguments
+from .errors import ConfigError
 from .handlers import (
     SUBSCRIBER_PREFIX,
     TASK_DEFAULTS,
@@ -25,6 +25,8 @@ from .handlers import (
     Subscriber,
     TaskKeywords,
     TaskOptions,
+    check_call,
+    check_carried,
     check_keywords,
 )
 from .payload import encode_payload
@@ -248,15 +250,7 @@ def _check_carried(
     task: str, args: tuple[Any, ...], kwargs: dict[str, Any], known: Handler[..., Any] | None
 ) -> None:
     """A periodic spec's arguments are checked as an enqueue's are, once, when it is made
-    (not at every tick, in a worker's log): the task takes them, JSON carries them (no NaN,
-    nothing it would change), and they arrive as sent, decoded as the handler declares."""
-    if known is not None:
-        try:
-            known.check_arguments(args, kwargs)
-        except TypeError as exc:
-            raise InvalidArguments(f"task {task!r} cannot take these arguments: {exc}") from exc
+    (not at every tick, in a worker's log)."""
+    check_call(task, known, args, kwargs)
     raw = encode_payload(task, args, kwargs, None, sys.maxsize)  # (its size: checked per tick)
-    decoder = None if known is None else known.decoder
-    if decoder is not None or not plain(args, kwargs):
-        handler = None if known is None else known.fn
-        check_sent(raw, args, kwargs, task=task, handler=handler, decoder=decoder)
+    check_carried(raw, task, known, args, kwargs)

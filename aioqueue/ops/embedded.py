@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import shutil
 import signal
 import socket
@@ -51,18 +52,21 @@ def find_server_binary() -> str | None:
 def server_pid(port: int) -> int | None:
     """The process id of the server on this loopback port (``INFO server``), or None when
     none answers."""
+    reply = b""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
             sock.sendall(b"INFO server\r\n")
-            reply = b""
-            while b"process_id:" not in reply or not reply.split(b"process_id:")[1].count(b"\r\n"):
+            while (found := _PROCESS_ID.search(reply)) is None:
                 chunk = sock.recv(4096)
                 if not chunk:
                     return None
                 reply += chunk
     except OSError:
         return None
-    return int(reply.split(b"process_id:")[1].split(b"\r\n")[0])
+    return int(found[1])
+
+
+_PROCESS_ID = re.compile(rb"process_id:(\d+)\r\n")
 
 
 def answers_ping(port: int) -> bool:

@@ -11,7 +11,6 @@ import re
 import signal
 import socket
 import sys
-import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -220,24 +219,27 @@ async def _is(job: aioqueue.Job[object], status: aioqueue.JobStatus) -> bool:
 
 
 async def test_kill_9_takes_the_embedded_server_down_and_its_dir_is_cleaned_later(
-    no_url_env: dict[str, str],
+    no_url_env: dict[str, str], tmp_path: Path
 ) -> None:
-    async with worker_on_an_embedded_server(no_url_env) as (process, url):
+    # A temp root of its own: another test process's embedded server, starting, would
+    # otherwise sweep the killed worker's directory before this test looks.
+    env = {**no_url_env, "TMPDIR": str(tmp_path)}
+    async with worker_on_an_embedded_server(env) as (process, url):
         port = int(url.rsplit(":", 1)[1].split("/")[0])
         assert _answers(port)
         process.kill()  # SIGKILL: nothing in the worker runs
         await process.wait()
         await wait_until(lambda: _gone(port), timeout=10)  # the server died with it
-    left = dirs_owned_by(process.pid)
+    left = dirs_owned_by(process.pid, tmp_path)
     assert left, "the killed worker's directory is there to be cleaned"
-    remove_stale_dirs()  # what the next embedded server does first
-    assert dirs_owned_by(process.pid) == []
+    remove_stale_dirs(str(tmp_path))  # what the next embedded server does first
+    assert dirs_owned_by(process.pid, tmp_path) == []
 
 
-def dirs_owned_by(pid: int) -> list[Path]:
+def dirs_owned_by(pid: int, root: Path) -> list[Path]:
     return [
         path
-        for path in Path(tempfile.gettempdir()).glob(f"{DIR_PREFIX}*")
+        for path in root.glob(f"{DIR_PREFIX}*")
         if (path / OWNER_FILE).is_file() and (path / OWNER_FILE).read_text() == str(pid)
     ]
 

@@ -137,6 +137,7 @@ class Batcher(Component):
         await self._run()
 
     def left_behind(self) -> str | None:
+        self._give_up_at = float("-inf")  # a loop left behind sends nothing more
         self._give_up()
         return None  # (said there)
 
@@ -182,12 +183,18 @@ class Batcher(Component):
 
     async def _gave_up(self) -> bool:
         """After a failed ack: pause before the next try; True when stopping has waited
-        long enough for Redis to come back."""
-        if self.stopping.is_set() and asyncio.get_running_loop().time() >= self._give_up_at:
-            self._give_up()
-            return True
-        await asyncio.sleep(RETRY_PAUSE)
-        return False
+        long enough for Redis to come back. Looked at after the pause too: a stop asked
+        meanwhile may have given up already, and a try past it could land once the
+        server is back, after the worker said the jobs would run again."""
+        if not self._out_of_time():
+            await asyncio.sleep(RETRY_PAUSE)
+            if not self._out_of_time():
+                return False
+        self._give_up()
+        return True
+
+    def _out_of_time(self) -> bool:
+        return self.stopping.is_set() and asyncio.get_running_loop().time() >= self._give_up_at
 
     def _give_up(self) -> None:
         """Say (once) which jobs the stop leaves unacked, and what becomes of them."""

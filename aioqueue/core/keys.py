@@ -25,9 +25,9 @@ Roles:
   paused      STRING set while the queue is paused: take.lua leases nothing
   limits      HASH  flow control: c (most jobs leased at once), i (ms between starts), b (burst)
   rate        STRING the rate limit's theoretical arrival time (µs), kept by take.lua
-  tenants     ZSET  tenant -> its queued jobs; and the prefix of its fair keys, ``tenants:``
-              ready, ring:<p>, jobs:<p>:<tenant>, turn, running, held, due, rate:<tenant>,
-              weights, limits (``tenant_key``; lua/include/fair.lua says what each holds)
+  tenants     ZSET  the tenants with queued jobs (scored at least their count, tenants:count);
+              and the prefix of its fair keys, ``tenants:`` count, ready, ring:<p>, jobs:<p>:<t>,
+              turn, running, held, due, rate:<t>, weights, limits (``tenant_key``; fair.lua)
   debounce    HASH  debounce key -> id of its latest run (debounce.lua)
   groups      HASH  group -> id of the job that holds it: the one job of the group that is
               queued, scheduled or running (lua/include/links.lua)
@@ -75,7 +75,7 @@ from typing import Literal
 from .errors import ConfigError
 
 TenantRole = Literal[
-    "ready", "ring", "jobs", "turn", "running", "held", "due", "rate", "weights", "limits"
+    "count", "ready", "ring", "jobs", "turn", "running", "held", "due", "rate", "weights", "limits"
 ]
 
 PRIORITY_LEVELS = 10
@@ -202,7 +202,8 @@ class QueueKeys:
 
     @property
     def tenants(self) -> str:
-        """ZSET: tenant -> its queued jobs; the prefix of the fair keys (``tenant_key``)."""
+        """ZSET: the tenants with queued jobs (scored at least their count); the prefix of
+        the fair keys (``tenant_key``)."""
         return f"{self.base}:tenants"
 
     def tenant_key(self, role: TenantRole, *parts: int | str) -> str:

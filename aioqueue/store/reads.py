@@ -25,8 +25,8 @@ from ..core.records import (
     ScheduledJob,
 )
 from .routing import server_time
+from .scripts import admin
 from .slots import transaction
-from .tenants import counted as tenant_counts
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable
@@ -130,11 +130,10 @@ async def counts(redis: Redis, keys: QueueKeys, *, top_tenants: int = 10) -> Que
     second for the ``top_tenants`` with the most ready jobs, if any tenant has some).
     Ready is what the ready lists (the tenants' too) hold less the entries of cancelled
     jobs that take will skip, per priority level too."""
-    replies = await transaction(redis, keys.base, lambda pipe: _count(pipe, keys, top_tenants))
-    if top_tenants <= 0:
-        replies.append([])
-    *lengths, skipped, scheduled, active, dead, paused, waiting, complete = replies[:-4]
-    tenant_entries, held, tenants, top = replies[-4:]
+    replies = await transaction(redis, keys.base, lambda pipe: _count(pipe, keys))
+    *lengths, skipped, scheduled, active, dead, paused, waiting, complete = replies[:-3]
+    tenant_entries, held, tenants = replies[-3:]
+    top = await admin.top_tenants(redis, keys, top_tenants) if int(tenants) else []
     for level, entries in tenant_entries.items():
         if level.isdigit() and 0 <= int(level) < len(lengths):
             lengths[int(level)] += int(entries)
@@ -143,11 +142,11 @@ async def counts(redis: Redis, keys: QueueKeys, *, top_tenants: int = 10) -> Que
         sum(by_priority.values()), int(scheduled), int(active), int(dead), by_priority,
         paused=bool(paused), waiting=max(0, int(waiting or 0)), complete=int(complete),
         tenants=int(tenants), tenants_held=int(held),
-        top_tenants=tuple(await tenant_counts(redis, keys, top)),
+        top_tenants=tuple(top),
     )  # fmt: skip
 
 
-def _count(pipe: Pipeline, keys: QueueKeys, top_tenants: int) -> None:
+def _count(pipe: Pipeline, keys: QueueKeys) -> None:
     """Queue the reads of ``counts``."""
     for key in keys.ready_lists():
         pipe.llen(key)
@@ -161,8 +160,6 @@ def _count(pipe: Pipeline, keys: QueueKeys, top_tenants: int) -> None:
     pipe.hgetall(keys.tenant_key("ready"))
     pipe.hlen(keys.tenant_key("held"))
     pipe.zcard(keys.tenants)
-    if top_tenants > 0:
-        pipe.zrevrange(keys.tenants, 0, top_tenants - 1, withscores=True)
 
 
 def _live(lengths: list[int], skipped: dict[bytes, bytes]) -> dict[int, int]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, cast
 
 from ..core.limits import TenantLimits
-from ..core.records import TenantCount
+from .scripts import admin
 from .slots import transaction
 
 if TYPE_CHECKING:
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from redis.asyncio.client import Pipeline
 
     from ..core.keys import QueueKeys
+    from ..core.records import TenantCount
 
 DEFAULT = ""  # the limits hash's field of every tenant without its own (no tenant is "")
 
@@ -59,11 +60,14 @@ async def set_limits(
     redis: Redis, keys: QueueKeys, tenant: str | None, given: TenantLimits
 ) -> None:
     """Replace a tenant's own limits (None: the default); no limit removes them. A
-    tenant's new rate starts afresh (its state goes too)."""
+    tenant's new rate starts afresh (its state goes too). The tenants' running jobs are
+    counted only while some limit exists (a take pays for none otherwise): the first
+    limit set counts them from the leases held now, and a cap holds from then on."""
     key, field = keys.tenant_key("limits"), DEFAULT if tenant is None else tenant
     value = given.to_field()
 
     def store(pipe: Pipeline) -> None:
+        pipe.exists(key)
         if value is None:
             pipe.hdel(key, field)
         else:
@@ -71,34 +75,14 @@ async def set_limits(
         if tenant is not None:
             pipe.delete(keys.tenant_key("rate", tenant))
 
-    await transaction(redis, keys.base, store)
+    had_limits, *_ = await transaction(redis, keys.base, store)
+    if not had_limits and value is not None:
+        await admin.recount_tenants(redis, keys)
 
 
 async def ranked(redis: Redis, keys: QueueKeys, *, limit: int, offset: int) -> list[TenantCount]:
-    """The tenants with ready jobs, most first, from the ``offset``-th (two round trips)."""
-    top = cast(
-        "list[tuple[bytes, float]]",
-        await redis.zrevrange(keys.tenants, offset, offset + limit - 1, withscores=True),
-    )
-    return await counted(redis, keys, top)
-
-
-async def counted(
-    redis: Redis, keys: QueueKeys, top: list[tuple[bytes, float]]
-) -> list[TenantCount]:
-    """The tenants of ``top`` (name, ready), with their running jobs and whether their
-    limits hold them now (one round trip; none without tenants)."""
-    if not top:
-        return []
-    names = [name for name, _ in top]
-    async with redis.pipeline(transaction=False) as pipe:
-        pipe.hmget(keys.tenant_key("running"), names)
-        pipe.hmget(keys.tenant_key("held"), names)
-        running, held = await pipe.execute()
-    return [
-        TenantCount(name.decode("utf-8", "replace"), int(ready), int(run or 0), mark is not None)
-        for (name, ready), run, mark in zip(top, running, held, strict=True)
-    ]
+    """The tenants with queued jobs, most first, from the ``offset``-th (one call)."""
+    return (await admin.top_tenants(redis, keys, offset + limit))[offset:]
 
 
 async def fair_order(redis: Redis, keys: QueueKeys, level: int, want: int) -> list[bytes]:

@@ -278,7 +278,7 @@ class QueueConsumer(Component):
             promoted = await leasing.promote(
                 self.redis, self.keys, limit=1000, due_first=self._due_first
             )
-            counts = await reads.counts(self.redis, self.keys)
+            counts = await reads.counts(self.redis, self.keys, top_tenants=0)
             if counts.paused:
                 return True  # nothing will be taken: a burst worker leaves it be
             if promoted.count or counts.ready:
@@ -317,7 +317,7 @@ async def any_ready(consumers: Iterable[object]) -> bool:
     for consumer in consumers:
         if not isinstance(consumer, QueueConsumer):
             continue
-        counts = await reads.counts(consumer.redis, consumer.keys)
+        counts = await reads.counts(consumer.redis, consumer.keys, top_tenants=0)
         if counts.ready and not counts.paused:
             return True
     return False

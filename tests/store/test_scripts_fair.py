@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 from typing import cast
 
 from redis.asyncio import Redis
@@ -14,7 +15,8 @@ from aioqueue.core import lifecycle
 from aioqueue.core.keys import QueueKeys
 from aioqueue.core.lifecycle import LinkedJob, NewJob, Settlement
 from aioqueue.core.limits import TenantLimits
-from aioqueue.store import listing, reads
+from aioqueue.core.records import TenantCount
+from aioqueue.store import listing, reads, tenants
 from aioqueue.store.scripts import admin, leasing, links
 from tests.helpers import wait_until
 from tests.store.script_helpers import LEASE_MS, put, redis_now_ms, take
@@ -79,7 +81,7 @@ async def test_tenants_take_turns_within_a_priority(db: Redis, keys: QueueKeys) 
 
     assert await take_one_by_one(db, keys, 3) == [b"a0", b"b0", b"c0"]
     assert await take(db, keys, 10, lease="w:all") == [b"a1", b"b1", b"a2", b"a3"]
-    assert await tenant_keys(db, keys) == [keys.tenant_key("running").encode()]
+    assert await tenant_keys(db, keys) == []  # (no limit: no running count is kept)
 
 
 async def test_the_plain_ready_list_takes_turns_as_one_member(db: Redis, keys: QueueKeys) -> None:
@@ -212,7 +214,7 @@ async def test_cancel_counts_off_a_tenant_s_queued_job(db: Redis, keys: QueueKey
     assert [(t.name, t.ready) for t in counts.top_tenants] == [("A", 2)]
     assert await take(db, keys, 10) == [b"a0", b"a2"]
     assert await db.hgetall(keys.skipped) == {}
-    assert await tenant_keys(db, keys) == [keys.tenant_key("running").encode()]
+    assert await tenant_keys(db, keys) == []
 
 
 async def test_retries_and_releases_go_back_on_the_tenant_s_list(
@@ -320,3 +322,113 @@ async def test_the_ready_listing_is_in_the_order_take_serves(db: Redis, keys: Qu
     assert listed == pages == taken == ["a1", "p0", "a2", "a3", "p1", "a4", "c0"]
     assert [job.id for job in walked.jobs] == listed
     assert [job.id for job in found.jobs] == ["a3"]
+
+
+# -- the ranking: exact counts, while takes leave the ZSET's scores high ----------------------
+
+
+async def test_the_ranking_is_exact_though_takes_left_the_scores_high(
+    db: Redis, keys: QueueKeys
+) -> None:
+    await db.hset(keys.tenant_key("weights"), "A", 10)
+    for n in range(10):
+        await put_tenant(db, keys, f"a{n}", "A")
+    for n in range(6):
+        await put_tenant(db, keys, f"b{n}", "B")
+    assert len((await take_jobs(db, keys, 9)).jobs) == 9  # A's turn: 9 of its 10
+    assert await db.zscore(keys.tenants, "A") == 10  # (the take left its score high)
+
+    counts = await reads.counts(db, keys, top_tenants=1)
+    assert [(t.name, t.ready) for t in counts.top_tenants] == [("B", 6)]
+    assert counts.tenants == 2
+    assert await db.zscore(keys.tenants, "A") == 1  # set right by the read
+    assert [(t.name, t.ready) for t in await tenants_ranked(db, keys)] == [("B", 6), ("A", 1)]
+
+
+async def test_a_tenant_leaves_the_ranking_with_its_last_queued_job(
+    db: Redis, keys: QueueKeys
+) -> None:
+    for n in range(2):
+        await put_tenant(db, keys, f"a{n}", "A")
+    await put_tenant(db, keys, "b0", "B")
+    await take(db, keys, 2)  # a0 and b0: B has nothing queued
+    await admin.cancel(db, keys, "a1", result_ttl_ms=TTL)  # nor has A now
+    assert await db.zcard(keys.tenants) == 0
+    assert await db.exists(keys.tenant_key("count")) == 0
+    assert (await reads.counts(db, keys)).top_tenants == ()
+
+
+async def test_the_ranking_matches_a_recount_after_random_work(db: Redis, keys: QueueKeys) -> None:
+    """Enqueues, takes of any size and cancels in a fixed random order: every ranking read
+    (whole, and by pages) gives each tenant's queued jobs exactly, most first."""
+    rng = random.Random(27)
+    queued: dict[str, set[str]] = {}
+    owner: dict[str, str] = {}
+    for step in range(400):
+        roll = rng.random()
+        if roll < 0.6:
+            tenant, job_id = f"t{rng.randrange(12)}", f"j{step}"
+            await put_tenant(db, keys, job_id, tenant)
+            queued.setdefault(tenant, set()).add(job_id)
+            owner[job_id] = tenant
+        elif roll < 0.85:
+            for taken in await take(db, keys, rng.randrange(1, 8)):
+                queued[owner[taken.decode()]].discard(taken.decode())
+        else:
+            waiting = sorted(j for jobs in queued.values() for j in jobs)
+            if waiting:
+                job_id = rng.choice(waiting)
+                await admin.cancel(db, keys, job_id, result_ttl_ms=TTL)
+                queued[owner[job_id]].discard(job_id)
+        if step % 25 == 0:
+            expected = sorted(
+                ((t, len(jobs)) for t, jobs in queued.items() if jobs), key=lambda e: -e[1]
+            )
+            ranked = [(t.name, t.ready) for t in await tenants_ranked(db, keys)]
+            assert sorted(ranked) == sorted(expected)
+            assert [n for _, n in ranked] == [n for _, n in expected]  # most first
+            paged = [(t.name, t.ready) for t in await tenants.ranked(db, keys, limit=3, offset=2)]
+            assert [n for _, n in paged] == [n for _, n in expected][2:5]
+            assert (await reads.counts(db, keys, top_tenants=0)).tenants == len(expected)
+
+
+async def tenants_ranked(db: Redis, keys: QueueKeys) -> list[TenantCount]:
+    return await tenants.ranked(db, keys, limit=100, offset=0)
+
+
+# -- running counts: kept only while some limit exists -------------------------------------
+
+
+async def test_running_jobs_are_counted_from_the_leases_while_no_limit_exists(
+    db: Redis, keys: QueueKeys
+) -> None:
+    for n in range(4):
+        await put_tenant(db, keys, f"a{n}", "A")
+    await put_tenant(db, keys, "b0", "B")
+    await take(db, keys, 3)  # a0, b0, a1
+    assert not await db.exists(keys.tenant_key("running"))  # a take counts nothing...
+    ranked = await tenants.ranked(db, keys, limit=10, offset=0)
+    assert [(t.name, t.ready, t.running) for t in ranked] == [("A", 2, 2)]  # ...the read does
+    assert await admin.recount_tenants(db, keys) == 0  # (nothing to recount: none kept)
+
+
+async def test_the_first_limit_counts_the_leases_held_and_its_cap_holds(
+    db: Redis, keys: QueueKeys
+) -> None:
+    for n in range(5):
+        await put_tenant(db, keys, f"a{n}", "A")
+    jobs = (await take_jobs(db, keys, 2)).jobs  # leased before any limit
+    await tenants.set_limits(db, keys, None, TenantLimits(max_running=3))
+    assert await db.hgetall(keys.tenant_key("running")) == {b"A": b"2"}
+    assert await taken_ids(db, keys) == [b"a2"]  # one more, to the cap of 3
+    first = jobs[0]
+    await leasing.ack(
+        db, keys, [Settlement(first.id, first.lease, "complete", b"null")], result_ttl_ms=TTL
+    )
+    assert await taken_ids(db, keys) == [b"a3"]  # an end of a lease lets one more start
+    [held] = await tenants.ranked(db, keys, limit=10, offset=0)
+    assert (held.name, held.ready, held.running, held.held) == ("A", 1, 3, True)
+
+
+async def taken_ids(db: Redis, keys: QueueKeys) -> list[bytes]:
+    return [job.id for job in (await take_jobs(db, keys, 10)).jobs]

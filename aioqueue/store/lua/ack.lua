@@ -21,7 +21,7 @@ KEYS[19..23] links                the keys of include/links.lua, as QueueKeys.li
              waiting        STRING how many jobs wait (behind a group, or for children)
 KEYS[24]     completed      ZSET  job id -> finished (ms): the newest complete jobs whose
                                   record is kept (COMPLETED_LISTED), for the listings
-KEYS[25]     tenants        ZSET  tenant -> its queued jobs; the prefix of the fair keys
+KEYS[25]     tenants        ZSET  the tenants with queued jobs; the prefix of the fair keys
                                   (include/fair.lua): a tenant's job made ready again goes
                                   on its tenant's list, and its lease's end counts off its
                                   tenant's running jobs (which may let the tenant start again)

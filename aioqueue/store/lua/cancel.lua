@@ -22,7 +22,7 @@ KEYS[6..10]  links                the keys of include/links.lua, as QueueKeys.li
              handoff        ZSET  outcomes for parents on other queues, to deliver there
              waiting        STRING how many jobs wait (behind a group, or for children)
 KEYS[11..20] ready          LIST  ready lists of priorities 0..9
-KEYS[21]     tenants        ZSET  tenant -> its queued jobs (a cancelled one no longer
+KEYS[21]     tenants        ZSET  the tenants with queued jobs (a cancelled one no longer
                                   counts); the prefix of the fair keys (include/fair.lua)
 ARGV[1] id
 ARGV[2] result_ttl_ms  how long a cancelled scheduled record is kept (0: deleted). A
@@ -67,9 +67,7 @@ local reason = error_json('JobCancelled', 'cancelled before it ran')
 redis.call('HSET', job, 's', 'cancelled', 'ft', now, 'e', reason)
 if state == 'queued' then -- its ready entry stays until take skips it
   redis.call('HINCRBY', skipped, ready_level(record[7]), 1)
-  if record[8] and tonumber(redis.call('ZINCRBY', tenants, -1, record[8])) <= 0 then
-    redis.call('ZREM', tenants, record[8])
-  end
+  if record[8] then count_queued(F, record[8], -1) end
 else -- no entry left anywhere (a group's list skips it): the record may expire now
   if state == 'scheduled' then redis.call('ZREM', schedule, id) else redis.call('DECR', L.waiting) end
   expire_record(job, result_ttl_ms)

@@ -15,7 +15,7 @@ KEYS[5..9]   links                the keys of include/links.lua, as QueueKeys.li
              handoff        ZSET  this queue's own outcomes for parents on yet other queues
              waiting        STRING how many jobs wait (behind a group, or for children)
 KEYS[10..19] ready          LIST  ready lists of priorities 0..9
-KEYS[20]     tenants        ZSET  tenant -> its queued jobs; the prefix of the fair keys
+KEYS[20]     tenants        ZSET  the tenants with queued jobs; the prefix of the fair keys
                                   (a parent with a tenant is made ready on its list)
 ARGV[1]      result_ttl_ms  how long a parent closed here (failed, or a barrier) is kept
 ARGV[2]      settled_channel  the queue's settled channel: parents closed here are announced

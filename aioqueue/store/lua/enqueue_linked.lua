@@ -27,7 +27,7 @@ KEYS[6..10]  links                the keys of include/links.lua, as QueueKeys.li
              waiting        STRING how many jobs wait (every job here is written waiting,
                                   and counted, then made ready if it need not wait)
 KEYS[11..20] ready          LIST  ready lists of priorities 0..9
-KEYS[21]     tenants        ZSET  tenant -> its queued jobs; the prefix of the fair keys
+KEYS[21]     tenants        ZSET  the tenants with queued jobs; the prefix of the fair keys
 ARGV[1]      count          jobs in this call
 ARGV[2]      span_ms        the idempotency window of completed jobs with no result
 ARGV[3]      seal           ids of parents to seal after this call's jobs (space-separated)

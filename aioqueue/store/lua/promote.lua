@@ -12,7 +12,7 @@ KEYS[3]      dead        ZSET  job id -> time buried (ms), for foreign entries
 KEYS[4]      seq         STRING counter for minted ids (poison entries)
 KEYS[5]      job_prefix        prefix of job records; carries the queue's hash tag
 KEYS[6..15]  ready       LIST  ready lists of priorities 0..9
-KEYS[16]     tenants     ZSET  tenant -> its queued jobs; the prefix of the fair keys
+KEYS[16]     tenants     ZSET  the tenants with queued jobs; the prefix of the fair keys
 ARGV[1] limit   promote at most this many (bounds run time and unpack())
 ARGV[2] front   1: promoted jobs go ahead of the jobs already ready (due first), 0: behind
 

@@ -19,7 +19,7 @@ KEYS[18..22] links             the keys of include/links.lua, as QueueKeys.links
              inputs_prefix     prefix of the parents' inputs hashes
              handoff     ZSET  outcomes for parents on other queues, to deliver there
              waiting     STRING how many jobs wait (behind a group, or for children)
-KEYS[23]     tenants     ZSET  tenant -> its queued jobs; the prefix of the fair keys
+KEYS[23]     tenants     ZSET  the tenants with queued jobs; the prefix of the fair keys
 ARGV[1] limit                  max jobs per call
 ARGV[2] default_max_attempts   for jobs enqueued without their own maximum (m = 0); a
                                job with m < 0 retries forever and is never buried here

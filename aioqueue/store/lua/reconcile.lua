@@ -18,7 +18,7 @@ KEYS[16..20] links             the keys of include/links.lua, as QueueKeys.links
              inputs_prefix     prefix of the parents' inputs hashes
              handoff     ZSET  outcomes for parents on other queues
              waiting     STRING how many jobs wait (behind a group, or for children)
-KEYS[21]     tenants     ZSET  tenant -> its queued jobs; the prefix of the fair keys
+KEYS[21]     tenants     ZSET  the tenants with queued jobs; the prefix of the fair keys
 ARGV[1..]    ids         job records to look at (found by SCAN), at most a few hundred a call
 
 Returns {looked_at, repaired}.

@@ -3,13 +3,14 @@ a lease now (the active set), and let a tenant held at its cap go back to the ri
 the recount leaves it room. A count drifts only when a leased job's record vanished (a
 server that evicted keys, a hand edit): its lease's end could not say whose it was, so the
 tenant kept it counted, and at its cap never started again. Reconcile runs this after its
-repairs. Reads every active job's record (O(active)): run it after an eviction, not
-routinely.
+repairs, and the first limit set starts the counts with it (while no limit exists, none
+is kept: include/fair.lua). Reads every active job's record (O(active)): run it after an
+eviction, not routinely.
 
 KEYS[1]  active      ZSET  job id -> lease deadline (ms)
 KEYS[2]  job_prefix        prefix of job records; carries the queue's hash tag
 KEYS[3]  notify      LIST  wake-up tokens (for a tenant that may start again)
-KEYS[4]  tenants     ZSET  tenant -> its queued jobs; the prefix of the fair keys
+KEYS[4]  tenants     ZSET  the tenants with queued jobs; the prefix of the fair keys
 ARGV[1]  tenant      the one tenant to recount ('': every tenant)
 
 Returns how many tenants' counts were wrong (and are now right).
@@ -21,6 +22,10 @@ local tenant = ARGV[1]
 local function recounted(name) return tenant == '' or name == tenant end
 local _, now_us = redis_clock()
 local F = fair_context(tenants, notify, now_us)
+if redis.call('EXISTS', F.limits) == 0 then -- no limit: no count is kept
+  redis.call('DEL', F.running)
+  return 0
+end
 local leased = {}
 for _, id in ipairs(redis.call('ZRANGE', active, 0, -1)) do
   local owner = redis.call('HGET', job_prefix .. id, 'tn')

@@ -6,7 +6,7 @@ KEYS[1]      dead        ZSET  job id -> time buried (ms)
 KEYS[2]      notify      LIST  wake-up tokens
 KEYS[3]      job_prefix        prefix of job records; carries the queue's hash tag
 KEYS[4..13]  ready       LIST  ready lists of priorities 0..9
-KEYS[14]     tenants     ZSET  tenant -> its queued jobs; the prefix of the fair keys
+KEYS[14]     tenants     ZSET  the tenants with queued jobs; the prefix of the fair keys
 ARGV[1] limit   max jobs per call, used when no ids are given (oldest first)
 ARGV[2..] ids   the dead jobs to requeue; none means the oldest `limit`
 

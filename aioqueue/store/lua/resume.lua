@@ -4,7 +4,7 @@ KEYS[1]     paused  STRING set while the queue is paused
 KEYS[2]     notify  LIST   wake-up tokens: one per ready job (at most ARGV[1]) is added,
                            so that the workers blocked on it take them at once
 KEYS[3..12] ready   LIST   ready lists of priorities 0..9
-KEYS[13]    tenants ZSET   tenant -> its queued jobs; tenants:ready counts the entries on
+KEYS[13]    tenants ZSET   the tenants with queued jobs; tenants:ready counts the entries on
                            the tenants' lists per priority (include/fair.lua)
 ARGV[1]     tokens  the most wake-up tokens to add
 

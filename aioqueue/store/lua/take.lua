@@ -50,7 +50,7 @@ KEYS[20]    limits    HASH  c (most leased at once), u (microseconds between sta
 KEYS[21]    rate      STRING the rate's TAT (epoch microseconds); expires once it is past
 KEYS[22]    schedule_wake LIST at most one token: wakes the promoters (a tenant held by its
                             rate is due before what they wait for)
-KEYS[23]    tenants   ZSET  tenant -> its queued jobs; the prefix of the fair keys
+KEYS[23]    tenants   ZSET  the tenants with queued jobs; the prefix of the fair keys
                             (include/fair.lua)
 KEYS[24]    taken_prefix     prefix of the taken lists below; carries the queue's hash tag
 KEYS[25]    taken     LIST  ids this lease token took (expires with the lease): if the same
@@ -267,11 +267,9 @@ local function tenant_server()
     end
     popped = popped + #ids
     if not plain and #ids > cancelled then -- (a cancelled job was counted off by cancel.lua)
-      if tonumber(redis.call('ZINCRBY', tenants, cancelled - #ids, member)) <= 0 then
-        redis.call('ZREM', tenants, member)
-      end
+      count_queued(F, member, cancelled - #ids)
     end
-    if not plain and leased > 0 then
+    if not plain and leased > 0 and has_limits then -- (counted only for the limits)
       redis.call('HINCRBY', F.running, member, leased)
       if rate_tat then
         gcra_spend(F.rate_prefix .. member, now_us, rate_tat, leased, tenant_limits(F, member)[2],

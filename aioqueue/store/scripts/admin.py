@@ -1,5 +1,6 @@
 """A queue's admin calls, one script each: cancel, reschedule, requeue, purge, trim_dead,
-reconcile, resume, and debounce (a producer's call outside the enqueue batcher). Ordinary
+reconcile, resume, the tenants' recount and ranking, and debounce (a producer's call
+outside the enqueue batcher). Ordinary
 redis-py calls (``Script.__call__``), KEYS and ARGV built by name from each header.
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, cast
 
 from ...core.lifecycle import CancelCode, Requeued, RescheduleCode
+from ...core.records import TenantCount
 from ..loader import Script
 from .replies import meaning, text
 
@@ -28,9 +30,10 @@ _RECONCILE = Script("reconcile")
 _RESUME = Script("resume")
 _DEBOUNCE = Script("debounce")
 _RECOUNT_TENANTS = Script("recount_tenants")
+_TOP_TENANTS = Script("top_tenants")
 SCRIPTS = (
     _CANCEL, _RESCHEDULE, _REQUEUE, _PURGE, _TRIM_DEAD, _RECONCILE, _RESUME, _DEBOUNCE,
-    _RECOUNT_TENANTS,
+    _RECOUNT_TENANTS, _TOP_TENANTS,
 )  # fmt: skip
 
 MAX_WAKE_TOKENS = 1000  # a resume wakes at most this many takes (each takes many jobs)
@@ -119,3 +122,16 @@ async def recount_tenants(redis: Redis, keys: QueueKeys, tenant: str = "") -> in
     args = _RECOUNT_TENANTS.layout.args(tenant=tenant)
     wrong = await _RECOUNT_TENANTS(redis, _RECOUNT_TENANTS.layout.keys(keys), args)
     return int(wrong)
+
+
+async def top_tenants(redis: Redis, keys: QueueKeys, want: int) -> list[TenantCount]:
+    """The ``want`` tenants with the most queued jobs, most first, with their running jobs
+    and whether their limits hold them now (one call; none without tenants)."""
+    if want <= 0:
+        return []
+    args = _TOP_TENANTS.layout.args(want=want)
+    flat = await _TOP_TENANTS(redis, _TOP_TENANTS.layout.keys(keys), args)
+    return [
+        TenantCount(name.decode("utf-8", "replace"), int(queued), int(running), bool(held))
+        for name, queued, running, held in zip(*[iter(flat)] * 4, strict=True)
+    ]

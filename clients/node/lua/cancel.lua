@@ -22,7 +22,7 @@ KEYS[6..10]  links                the keys of include/links.lua, as QueueKeys.li
              handoff        ZSET  outcomes for parents on other queues, to deliver there
              waiting        STRING how many jobs wait (behind a group, or for children)
 KEYS[11..20] ready          LIST  ready lists of priorities 0..9
-KEYS[21]     tenants        ZSET  tenant -> its queued jobs (a cancelled one no longer
+KEYS[21]     tenants        ZSET  the tenants with queued jobs (a cancelled one no longer
                                   counts); the prefix of the fair keys (include/fair.lua)
 ARGV[1] id
 ARGV[2] result_ttl_ms  how long a cancelled scheduled record is kept (0: deleted). A
@@ -130,7 +130,10 @@ end
 --
 -- The keys, all derived from the `tenants` key a script declares (core/keys.py names the
 -- same):
---   tenants               ZSET   tenant -> its queued jobs (cancelled ones not counted)
+--   tenants               ZSET   tenant -> a bound no lower than its queued jobs, for the
+--                                ranking reads (top_tenants.lua sets it right as it reads);
+--                                a tenant is a member while it has queued jobs
+--   tenants:count         HASH   tenant -> its queued jobs (cancelled ones not counted)
 --   tenants:ready         HASH   priority -> entries on the tenants' lists there (a
 --                                cancelled job's until take skips it, as the skipped hash)
 --   tenants:ring:<p>      LIST   the tenants that may start at priority p, in turn order;
@@ -138,7 +141,9 @@ end
 --   tenants:jobs:<p>:<t>  LIST   tenant t's ready job ids at priority p, FIFO
 --   tenants:turn          HASH   p -> jobs the head of ring p had in its turn so far;
 --                                'plain:<p>' -> 1 while '' is on ring p
---   tenants:running       HASH   tenant -> its jobs leased now (no field at 0)
+--   tenants:running       HASH   tenant -> its jobs leased now (no field at 0); kept only
+--                                while tenants:limits exists (the caps are what need it:
+--                                setting the first limit recounts it, recount_tenants.lua)
 --   tenants:held          HASH   tenant -> the priorities it left the rings at while its
 --                                limits held it ('' if none yet): present while held
 --   tenants:due           ZSET   tenant held by its rate -> when it may start (ms)
@@ -203,7 +208,8 @@ local FAIR_TOKENS = 1000 -- the most wake-up tokens a tenant's return pushes
 -- the wake-up tokens of a tenant's return go; `now_us`: the Redis clock. A key's name is
 -- made when first used (a plain job's script names two at most).
 local FAIR_KEYS = {
-  ready = ':ready', turn = ':turn', running = ':running', held = ':held', due = ':due',
+  count = ':count', ready = ':ready', turn = ':turn', running = ':running', held = ':held',
+  due = ':due',
   weights = ':weights', limits = ':limits', ring_prefix = ':ring:', jobs_prefix = ':jobs:',
   rate_prefix = ':rate:',
 }
@@ -255,6 +261,21 @@ local function tenant_room(F, tenant)
   return math.min(room, allowed), 0, tat, late_us
 end
 
+-- A tenant's queued jobs changed by `delta` (+1: one made ready; less: taken or
+-- cancelled). The count is exact in tenants:count, an O(1) update; the tenants ZSET's score
+-- is only raised to it, never lowered (a take would pay an O(log n) move per job, the one
+-- cost that grew with the number of tenants), so it stays an upper bound that the ranking
+-- reads set right. The tenant leaves both with its last queued job.
+local function count_queued(F, tenant, delta)
+  local count = redis.call('HINCRBY', F.count, tenant, delta)
+  if count <= 0 then
+    redis.call('HDEL', F.count, tenant)
+    redis.call('ZREM', F.tenants, tenant)
+  elseif delta > 0 then
+    redis.call('ZADD', F.tenants, 'GT', count, tenant)
+  end
+end
+
 -- Job `id` of `tenant` is ready at `priority`: on its tenant's list there (at the front
 -- with `front`), and the tenant on that level's ring if its list was empty, unless its
 -- limits hold it (then the level is noted for its return). The caller pushes the job's
@@ -263,7 +284,7 @@ local function fair_push(F, id, priority, tenant, front)
   local level = ready_level(priority)
   local length = redis.call(front and 'LPUSH' or 'RPUSH', fair_list(F, level, tenant), id)
   redis.call('HINCRBY', F.ready, level, 1)
-  redis.call('ZINCRBY', F.tenants, 1, tenant)
+  count_queued(F, tenant, 1)
   if length == 1 then
     local levels = redis.call('HGET', F.held, tenant)
     if levels then -- (not noted yet: its list was empty)
@@ -309,9 +330,10 @@ local function fair_unhold(F, tenant)
 end
 
 -- A lease of the tenant's ended (settled, or reclaimed): one fewer running, which may let
--- it start again.
+-- it start again. (No field: none of its leases is counted, as while no limit exists.)
 local function fair_release(F, tenant)
-  if redis.call('HINCRBY', F.running, tenant, -1) <= 0 then
+  if redis.call('HEXISTS', F.running, tenant) == 1
+    and redis.call('HINCRBY', F.running, tenant, -1) <= 0 then
     redis.call('HDEL', F.running, tenant)
   end
   fair_unhold(F, tenant)
@@ -537,9 +559,7 @@ local reason = error_json('JobCancelled', 'cancelled before it ran')
 redis.call('HSET', job, 's', 'cancelled', 'ft', now, 'e', reason)
 if state == 'queued' then -- its ready entry stays until take skips it
   redis.call('HINCRBY', skipped, ready_level(record[7]), 1)
-  if record[8] and tonumber(redis.call('ZINCRBY', tenants, -1, record[8])) <= 0 then
-    redis.call('ZREM', tenants, record[8])
-  end
+  if record[8] then count_queued(F, record[8], -1) end
 else -- no entry left anywhere (a group's list skips it): the record may expire now
   if state == 'scheduled' then redis.call('ZREM', schedule, id) else redis.call('DECR', L.waiting) end
   expire_record(job, result_ttl_ms)

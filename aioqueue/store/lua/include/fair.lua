@@ -17,7 +17,10 @@
 --
 -- The keys, all derived from the `tenants` key a script declares (core/keys.py names the
 -- same):
---   tenants               ZSET   tenant -> its queued jobs (cancelled ones not counted)
+--   tenants               ZSET   tenant -> a bound no lower than its queued jobs, for the
+--                                ranking reads (top_tenants.lua sets it right as it reads);
+--                                a tenant is a member while it has queued jobs
+--   tenants:count         HASH   tenant -> its queued jobs (cancelled ones not counted)
 --   tenants:ready         HASH   priority -> entries on the tenants' lists there (a
 --                                cancelled job's until take skips it, as the skipped hash)
 --   tenants:ring:<p>      LIST   the tenants that may start at priority p, in turn order;
@@ -25,7 +28,9 @@
 --   tenants:jobs:<p>:<t>  LIST   tenant t's ready job ids at priority p, FIFO
 --   tenants:turn          HASH   p -> jobs the head of ring p had in its turn so far;
 --                                'plain:<p>' -> 1 while '' is on ring p
---   tenants:running       HASH   tenant -> its jobs leased now (no field at 0)
+--   tenants:running       HASH   tenant -> its jobs leased now (no field at 0); kept only
+--                                while tenants:limits exists (the caps are what need it:
+--                                setting the first limit recounts it, recount_tenants.lua)
 --   tenants:held          HASH   tenant -> the priorities it left the rings at while its
 --                                limits held it ('' if none yet): present while held
 --   tenants:due           ZSET   tenant held by its rate -> when it may start (ms)
@@ -43,7 +48,8 @@ local FAIR_TOKENS = 1000 -- the most wake-up tokens a tenant's return pushes
 -- the wake-up tokens of a tenant's return go; `now_us`: the Redis clock. A key's name is
 -- made when first used (a plain job's script names two at most).
 local FAIR_KEYS = {
-  ready = ':ready', turn = ':turn', running = ':running', held = ':held', due = ':due',
+  count = ':count', ready = ':ready', turn = ':turn', running = ':running', held = ':held',
+  due = ':due',
   weights = ':weights', limits = ':limits', ring_prefix = ':ring:', jobs_prefix = ':jobs:',
   rate_prefix = ':rate:',
 }
@@ -95,6 +101,21 @@ local function tenant_room(F, tenant)
   return math.min(room, allowed), 0, tat, late_us
 end
 
+-- A tenant's queued jobs changed by `delta` (+1: one made ready; less: taken or
+-- cancelled). The count is exact in tenants:count, an O(1) update; the tenants ZSET's score
+-- is only raised to it, never lowered (a take would pay an O(log n) move per job, the one
+-- cost that grew with the number of tenants), so it stays an upper bound that the ranking
+-- reads set right. The tenant leaves both with its last queued job.
+local function count_queued(F, tenant, delta)
+  local count = redis.call('HINCRBY', F.count, tenant, delta)
+  if count <= 0 then
+    redis.call('HDEL', F.count, tenant)
+    redis.call('ZREM', F.tenants, tenant)
+  elseif delta > 0 then
+    redis.call('ZADD', F.tenants, 'GT', count, tenant)
+  end
+end
+
 -- Job `id` of `tenant` is ready at `priority`: on its tenant's list there (at the front
 -- with `front`), and the tenant on that level's ring if its list was empty, unless its
 -- limits hold it (then the level is noted for its return). The caller pushes the job's
@@ -103,7 +124,7 @@ local function fair_push(F, id, priority, tenant, front)
   local level = ready_level(priority)
   local length = redis.call(front and 'LPUSH' or 'RPUSH', fair_list(F, level, tenant), id)
   redis.call('HINCRBY', F.ready, level, 1)
-  redis.call('ZINCRBY', F.tenants, 1, tenant)
+  count_queued(F, tenant, 1)
   if length == 1 then
     local levels = redis.call('HGET', F.held, tenant)
     if levels then -- (not noted yet: its list was empty)
@@ -149,9 +170,10 @@ local function fair_unhold(F, tenant)
 end
 
 -- A lease of the tenant's ended (settled, or reclaimed): one fewer running, which may let
--- it start again.
+-- it start again. (No field: none of its leases is counted, as while no limit exists.)
 local function fair_release(F, tenant)
-  if redis.call('HINCRBY', F.running, tenant, -1) <= 0 then
+  if redis.call('HEXISTS', F.running, tenant) == 1
+    and redis.call('HINCRBY', F.running, tenant, -1) <= 0 then
     redis.call('HDEL', F.running, tenant)
   end
   fair_unhold(F, tenant)

@@ -59,7 +59,8 @@ class TenantAdmin:
         faster than ``rate`` (``"10/s"``, ``"20/m"``, ...; ``burst`` at once after a quiet
         spell). ``tenant`` None sets the default of every tenant without limits of its
         own (a tenant's own replace the default whole). Replaces the limits set before;
-        no limits removes them. Its jobs held back wait in order, out of turn."""
+        no limits removes them. Its jobs held back wait in order, out of turn; a tenant
+        held back starts again at once if the new limits let it."""
         if tenant is not None:
             check_tenant(tenant)
         limits = make_tenant_limits(max_running=max_running, rate=rate, burst=burst)

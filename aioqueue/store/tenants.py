@@ -60,14 +60,14 @@ async def set_limits(
     redis: Redis, keys: QueueKeys, tenant: str | None, given: TenantLimits
 ) -> None:
     """Replace a tenant's own limits (None: the default); no limit removes them. A
-    tenant's new rate starts afresh (its state goes too). The tenants' running jobs are
-    counted only while some limit exists (a take pays for none otherwise): the first
-    limit set counts them from the leases held now, and a cap holds from then on."""
+    tenant's new rate starts afresh (its state goes too). Then the tenants are recounted
+    (O(jobs running)): their running jobs are counted only while some limit exists (a
+    take pays for none otherwise), so the first limit set counts them from the leases
+    held now; and a tenant held back starts again at once if the new limits let it."""
     key, field = keys.tenant_key("limits"), DEFAULT if tenant is None else tenant
     value = given.to_field()
 
     def store(pipe: Pipeline) -> None:
-        pipe.exists(key)
         if value is None:
             pipe.hdel(key, field)
         else:
@@ -75,9 +75,8 @@ async def set_limits(
         if tenant is not None:
             pipe.delete(keys.tenant_key("rate", tenant))
 
-    had_limits, *_ = await transaction(redis, keys.base, store)
-    if not had_limits and value is not None:
-        await admin.recount_tenants(redis, keys)
+    await transaction(redis, keys.base, store)
+    await admin.recount_tenants(redis, keys)
 
 
 async def ranked(redis: Redis, keys: QueueKeys, *, limit: int, offset: int) -> list[TenantCount]:

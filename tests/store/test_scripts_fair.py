@@ -432,3 +432,32 @@ async def test_the_first_limit_counts_the_leases_held_and_its_cap_holds(
 
 async def taken_ids(db: Redis, keys: QueueKeys) -> list[bytes]:
     return [job.id for job in (await take_jobs(db, keys, 10)).jobs]
+
+
+async def test_a_raised_cap_lets_a_held_tenant_start_at_once(db: Redis, keys: QueueKeys) -> None:
+    for n in range(4):
+        await put_tenant(db, keys, f"a{n}", "A")
+    await tenants.set_limits(db, keys, None, TenantLimits(max_running=1))
+    assert await taken_ids(db, keys) == [b"a0"]
+    assert await taken_ids(db, keys) == []  # held at its cap, a0 still running
+    assert await db.hexists(keys.tenant_key("held"), "A")
+    notify_before = await db.llen(keys.notify)
+
+    await tenants.set_limits(db, keys, None, TenantLimits(max_running=3))  # no job ended
+    assert not await db.hexists(keys.tenant_key("held"), "A")
+    assert await db.llen(keys.notify) > notify_before  # the workers are woken for it
+    assert await taken_ids(db, keys) == [b"a1", b"a2"]  # up to the new cap
+
+
+async def test_removing_the_limits_lets_a_held_tenant_start_at_once(
+    db: Redis, keys: QueueKeys
+) -> None:
+    for n in range(3):
+        await put_tenant(db, keys, f"a{n}", "A")
+    await tenants.set_limits(db, keys, "A", TenantLimits(max_running=1))
+    assert await taken_ids(db, keys) == [b"a0"]
+    assert await taken_ids(db, keys) == []
+
+    await tenants.set_limits(db, keys, "A", TenantLimits())  # no limit: removed
+    assert not await db.exists(keys.tenant_key("limits"), keys.tenant_key("running"))
+    assert await taken_ids(db, keys) == [b"a1", b"a2"]

@@ -3,9 +3,10 @@ a lease now (the active set), and let a tenant held at its cap go back to the ri
 the recount leaves it room. A count drifts only when a leased job's record vanished (a
 server that evicted keys, a hand edit): its lease's end could not say whose it was, so the
 tenant kept it counted, and at its cap never started again. Reconcile runs this after its
-repairs, and the first limit set starts the counts with it (while no limit exists, none
-is kept: include/fair.lua). Reads every active job's record (O(active)): run it after an
-eviction, not routinely.
+repairs, and every change of the limits runs it: the first limit set starts the counts
+(while no limit exists, none is kept: include/fair.lua), and a tenant held goes back to
+the rings at once if the new limits let it (a raised cap, a limit removed), not at its next
+job's end. Reads every active job's record (O(active)): an admin call, not routine.
 
 KEYS[1]  active      ZSET  job id -> lease deadline (ms)
 KEYS[2]  job_prefix        prefix of job records; carries the queue's hash tag
@@ -22,8 +23,16 @@ local tenant = ARGV[1]
 local function recounted(name) return tenant == '' or name == tenant end
 local _, now_us = redis_clock()
 local F = fair_context(tenants, notify, now_us)
+-- Each held tenant goes back to the rings if its limits let it now (else it stays held).
+local function unhold_held()
+  local held = redis.call('HGETALL', F.held)
+  for i = 1, #held, 2 do
+    if recounted(held[i]) then fair_unhold(F, held[i]) end
+  end
+end
 if redis.call('EXISTS', F.limits) == 0 then -- no limit: no count is kept
   redis.call('DEL', F.running)
+  unhold_held()
   return 0
 end
 local leased = {}
@@ -44,11 +53,11 @@ for i = 1, #counted, 2 do
     else
       redis.call('HSET', F.running, name, now_leased)
     end
-    fair_unhold(F, name) -- (it stays held if its limits still hold it)
   end
 end
 for name, count in pairs(leased) do -- leased, and not counted at all
   wrong = wrong + 1
   redis.call('HSET', F.running, name, count)
 end
+unhold_held()
 return wrong

@@ -172,11 +172,13 @@ async def test_due_delayed_jobs_can_go_ahead_of_the_backlog(
     async def step(tag: str) -> None:
         ran.append(tag)
         if tag == "backlog0":  # the backlog is still there when the timed job falls due
+            # (enqueued here, not before the worker starts: on a busy machine the worker
+            # could start after it fell due, and run it first)
+            timed.append(await step.enqueue("timed").options(delay=0.1))
             await wait_until(lambda: _promoted(timed[0]), timeout=10)
 
     try:
         await app.queue("q").enqueue_many(step.enqueue(f"backlog{n}") for n in range(100))
-        timed.append(await step.enqueue("timed").options(delay=0.1))
         async with app.worker(concurrency=1):
             await wait_until(lambda: _ran(ran, 101), timeout=10)
     finally:

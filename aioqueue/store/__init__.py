@@ -9,6 +9,7 @@ loader        the Lua files, their shared snippets, EVALSHA with a reload
 wire          commands packed by hand and sent on a pool connection (the hot path)
 routing       where packed calls go: the client's pool, or a Cluster's node by key slot
 slots         a queue's MULTI/EXEC (counts, settings) on its Cluster node, redirects followed
+coalescing    calls waiting while one is in flight, flushed together (both below share it)
 batching      concurrent enqueues coalesced into one script call per round trip
 posting       concurrent single posts to one log (mailbox, group, topic) merged likewise
 reads         typed reads of queue state (records, counts, history, messages)

@@ -21,13 +21,14 @@ it a little early).
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from . import deadline
+from .coalescing import Coalescer
 from .scripts import enqueues
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Sequence
 
     from redis.asyncio import Redis
 
@@ -40,10 +41,17 @@ if TYPE_CHECKING:
 # waiting for the last job).
 FLUSH_CHUNK = 100
 
-Batch = list[tuple["NewJob", "asyncio.Future[Enqueued]", "deadline.Deadline | None"]]
+
+class _Waiting(NamedTuple):
+    job: NewJob
+    future: asyncio.Future[Enqueued]
+    deadline: deadline.Deadline | None  # its caller's
 
 
-class EnqueueBatcher:
+Batch = list[_Waiting]
+
+
+class EnqueueBatcher(Coalescer[_Waiting]):
     """Sends the enqueues of one queue, batching whatever arrives while one is in flight."""
 
     def __init__(
@@ -54,15 +62,13 @@ class EnqueueBatcher:
         span_ms: int = 0,
         replica_timeout: float = 1.0,
     ) -> None:
+        super().__init__()
         self._client, self._keys = client, keys
         self._replica_timeout = replica_timeout  # WAIT's, for jobs that ask for replicas
         self._span_ms = span_ms  # the idempotency window of jobs completed with no result
-        self._pending: Batch = []
-        self._busy = False
-        self._flusher: asyncio.Task[None] | None = None
 
     async def submit(self, job: NewJob) -> Enqueued:
-        if not self._busy and not self._pending:
+        if self._alone:
             self._busy = True
             try:
                 async with deadline.keeping(deadline.current()):
@@ -78,13 +84,9 @@ class EnqueueBatcher:
             finally:
                 self._busy = False
                 self._start_flusher()
-        # Behind the jobs already waiting (a caller that enqueues again as soon as its
-        # enqueue returns would otherwise go alone every time, ahead of them).
         future: asyncio.Future[Enqueued] = asyncio.get_running_loop().create_future()
-        self._pending.append((job, future, deadline.current()))
-        if not self._busy:
-            self._start_flusher()
-        return await future  # (its flush's deadline is no later than this caller's)
+        # (its flush's deadline is no later than this caller's)
+        return await self._wait_in_line(_Waiting(job, future, deadline.current()), future)
 
     async def submit_many(self, jobs: list[NewJob]) -> list[Enqueued]:
         """A bulk enqueue: sent at once, in script calls of up to MAX_ENQUEUE_BATCH jobs."""
@@ -98,31 +100,10 @@ class EnqueueBatcher:
             replica_timeout=self._replica_timeout,
         )
 
-    def _start_flusher(self) -> None:
-        if self._pending and self._flusher is None:
-            self._flusher = asyncio.get_running_loop().create_task(self._flush())
+    def _batch_size(self, pending: Sequence[_Waiting]) -> int:
+        return _same_replicas(pending, enqueues.MAX_ENQUEUE_BATCH)
 
-    async def _flush(self) -> None:
-        try:
-            while self._pending and not self._busy:
-                # (a caller that gave up waiting, cancelled, has its job not sent)
-                self._pending = [entry for entry in self._pending if not entry[1].done()]
-                if not self._pending:
-                    break
-                size = _same_replicas(self._pending, enqueues.MAX_ENQUEUE_BATCH)
-                batch = self._pending[:size]
-                del self._pending[:size]
-                self._busy = True
-                try:
-                    await self._send(batch)
-                finally:
-                    self._busy = False
-        finally:
-            self._flusher = None
-            if self._pending and not self._busy:
-                self._start_flusher()
-
-    async def _send(self, batch: Batch) -> None:
+    async def _send_batch(self, batch: Batch) -> None:
         """One flush: its callers' futures get their results, or the error."""
 
         def settle(start: int, results: list[Enqueued]) -> None:
@@ -158,7 +139,7 @@ def _earliest(batch: Batch) -> deadline.Deadline | None:
     return earliest
 
 
-def _same_replicas(pending: Batch, limit: int) -> int:
+def _same_replicas(pending: Sequence[_Waiting], limit: int) -> int:
     """How many of the first jobs go in one flush: up to ``limit``, all asking for the
     same number of replicas (a flush waits for the most any of its jobs asks, and a job
     that asked for none must not wait, nor fail, for another's)."""

@@ -1,11 +1,12 @@
 """Coalescing of concurrent single posts to one log (a mailbox's, a group's or a topic's).
 
-As enqueues do (``batching``): a lone post is sent at once, from its caller's task. While
-one is in flight, further posts wait in a list, and a flusher sends them as soon as the
-wire is free, merged: the bodies of consecutive posts of one sender go in one script call
-(at most MAX_MERGED), whose messages get consecutive ids in arrival order, so each caller
-gets its share of the reply. Fifty concurrent senders cost a couple of round trips, not
-fifty, and Redis runs one script per flush instead of one per message.
+As enqueues do (``batching``; the machinery both share is ``coalescing``): a lone post is
+sent at once, from its caller's task. While one is in flight, further posts wait in a list,
+and a flusher sends them as soon as the wire is free, merged: the bodies of consecutive
+posts of one sender go in one script call (at most MAX_MERGED), whose messages get
+consecutive ids in arrival order, so each caller gets its share of the reply. Fifty
+concurrent senders cost a couple of round trips, not fifty, and Redis runs one script per
+flush instead of one per message.
 
 Each caller keeps its own outcome: a body that cannot be encoded fails its caller before
 anything is queued; what the call answers for all (not a member, a Redis error) reaches
@@ -19,8 +20,10 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
 
+from .coalescing import Coalescer
+
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Sequence
 
 T = TypeVar("T")
 
@@ -33,59 +36,32 @@ class _Post(NamedTuple, Generic[T]):
     future: asyncio.Future[tuple[T, int]]
 
 
-class PostBatcher(Generic[T]):
+class PostBatcher(Coalescer[_Post[T]]):
     """Sends the posts of one log, merging whatever arrives while one is in flight.
     ``send(sender, bodies)`` is one script call; its reply is handed to every post it
     carried, with where that post's bodies start among the call's."""
 
     def __init__(self, send: Callable[[str, list[bytes]], Awaitable[T]]) -> None:
+        super().__init__()
         self._send = send
-        self._pending: list[_Post[T]] = []
-        self._busy = False
-        self._flusher: asyncio.Task[None] | None = None
 
     async def post(self, sender: str, bodies: list[bytes]) -> tuple[T, int]:
         """Send ``bodies`` from ``sender``: the reply of the call that carried them, and
         the index of the first of them among that call's bodies."""
-        if not self._busy and not self._pending:
+        if self._alone:
             self._busy = True
             try:
                 return await self._send(sender, bodies), 0
             finally:
                 self._busy = False
                 self._start_flusher()
-        # Behind the posts already waiting (a caller that posts again as soon as its post
-        # returns would otherwise go alone every time, ahead of them).
         future: asyncio.Future[tuple[T, int]] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Post(sender, bodies, future))
-        if not self._busy:
-            self._start_flusher()
-        return await future
+        return await self._wait_in_line(_Post(sender, bodies, future), future)
 
-    def _start_flusher(self) -> None:
-        if self._pending and self._flusher is None:
-            self._flusher = asyncio.get_running_loop().create_task(self._flush())
+    def _batch_size(self, pending: Sequence[_Post[T]]) -> int:
+        return _mergeable(pending)
 
-    async def _flush(self) -> None:
-        try:
-            while self._pending and not self._busy:
-                self._pending = [post for post in self._pending if not post.future.done()]
-                if not self._pending:
-                    break
-                merged = _mergeable(self._pending)
-                batch = self._pending[:merged]
-                del self._pending[:merged]
-                self._busy = True
-                try:
-                    await self._send_merged(batch)
-                finally:
-                    self._busy = False
-        finally:
-            self._flusher = None
-            if self._pending and not self._busy:
-                self._start_flusher()
-
-    async def _send_merged(self, batch: list[_Post[T]]) -> None:
+    async def _send_batch(self, batch: list[_Post[T]]) -> None:
         """One call for the batch's bodies; each post's future gets the reply and its
         offset, or the error."""
         bodies = [body for post in batch for body in post.bodies]
@@ -103,7 +79,7 @@ class PostBatcher(Generic[T]):
             offset += len(post.bodies)
 
 
-def _mergeable(pending: list[_Post[T]]) -> int:
+def _mergeable(pending: Sequence[_Post[T]]) -> int:
     """How many of the first posts go in one call: of one sender, MAX_MERGED bodies at
     most (the first post whatever its size)."""
     sender, count = pending[0].sender, len(pending[0].bodies)

@@ -329,11 +329,16 @@ local function fair_unhold(F, tenant)
   push_tokens(F.notify, math.min(ready, room, FAIR_TOKENS))
 end
 
+-- Whether running jobs are counted now: only while some limit exists (looked at once a call).
+local function counts_running(F)
+  if F.counting == nil then F.counting = redis.call('EXISTS', F.limits) == 1 end
+  return F.counting
+end
+
 -- A lease of the tenant's ended (settled, or reclaimed): one fewer running, which may let
--- it start again. (No field: none of its leases is counted, as while no limit exists.)
+-- it start again.
 local function fair_release(F, tenant)
-  if redis.call('HEXISTS', F.running, tenant) == 1
-    and redis.call('HINCRBY', F.running, tenant, -1) <= 0 then
+  if counts_running(F) and redis.call('HINCRBY', F.running, tenant, -1) <= 0 then
     redis.call('HDEL', F.running, tenant)
   end
   fair_unhold(F, tenant)

@@ -17,13 +17,14 @@ from ..core.errors import ServerUnavailable
 from .embedded import (
     DIR_PREFIX,
     OWNER_FILE,
+    PORT_ATTEMPTS,
     EmbeddedServer,
     Started,
-    answers_ping,
     die_with_parent,
     find_server_binary,
     free_loopback_port,
     remove_stale_dirs,
+    server_pid,
     terminate,
 )
 
@@ -169,23 +170,40 @@ class _SentinelProcess:
         workdir = Path(self._tempdir.name)
         (workdir / OWNER_FILE).write_text(str(os.getpid()))
         config = workdir / "sentinel.conf"
-        config.write_text(
-            f"port {self.port}\nbind 127.0.0.1\ndir {workdir}\n"
-            f"sentinel monitor {service} 127.0.0.1 {master_port} {quorum}\n"
-            f"sentinel down-after-milliseconds {service} {down_after_ms}\n"
-            f"sentinel failover-timeout {service} {max(4 * down_after_ms, 3000)}\n"
-            f"sentinel parallel-syncs {service} 1\n"
-        )
-        self._process = subprocess.Popen(
-            [self.binary, str(config), "--sentinel"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-            preexec_fn=die_with_parent if sys.platform == "linux" else None,
-        )  # fmt: skip
+        for attempt in range(PORT_ATTEMPTS):  # (as EmbeddedServer.start: a port taken meanwhile)
+            if attempt:
+                self.port = free_loopback_port()
+            config.write_text(
+                f"port {self.port}\nbind 127.0.0.1\ndir {workdir}\n"
+                f"sentinel monitor {service} 127.0.0.1 {master_port} {quorum}\n"
+                f"sentinel down-after-milliseconds {service} {down_after_ms}\n"
+                f"sentinel failover-timeout {service} {max(4 * down_after_ms, 3000)}\n"
+                f"sentinel parallel-syncs {service} 1\n"
+            )
+            self._process = subprocess.Popen(
+                [self.binary, str(config), "--sentinel"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                preexec_fn=die_with_parent if sys.platform == "linux" else None,
+            )  # fmt: skip
+            if self._serving(self._process):
+                return
+        raise ServerUnavailable(f"a Sentinel found no free port in {PORT_ATTEMPTS} tries")
+
+    def _serving(self, process: subprocess.Popen[bytes]) -> bool:
+        """Wait until this very process answers on the port; False if it exited because
+        another process took the port between its choice and the start."""
         deadline = time.monotonic() + 10
-        while not answers_ping(self.port):
-            if self._process.poll() is not None or time.monotonic() > deadline:
-                raise ServerUnavailable(f"a Sentinel on port {self.port} did not start")
+        while time.monotonic() < deadline:
+            if server_pid(self.port) == process.pid:
+                return True
+            if process.poll() is not None:
+                if server_pid(self.port) not in (None, process.pid):
+                    return False
+                raise ServerUnavailable(
+                    f"a Sentinel on port {self.port} exited with {process.returncode}"
+                )
             time.sleep(0.02)
+        raise ServerUnavailable(f"a Sentinel on port {self.port} did not start")
 
     def stop(self) -> None:
         process, self._process = self._process, None

@@ -9,7 +9,7 @@ import itertools
 import pytest
 
 from aioqueue import ServerUnavailable
-from aioqueue.ops import embedded
+from aioqueue.ops import embedded, embedded_sentinel
 from aioqueue.ops.embedded import EmbeddedServer, server_pid
 
 
@@ -27,3 +27,19 @@ def test_a_port_taken_meanwhile_is_chosen_again(
 def test_a_port_asked_for_and_taken_is_an_error(redis_server: EmbeddedServer) -> None:
     with pytest.raises(ServerUnavailable, match="exited"):
         EmbeddedServer(port=redis_server.port).start()
+
+
+def test_a_sentinel_s_port_taken_meanwhile_is_chosen_again(
+    redis_server: EmbeddedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ports = itertools.chain([redis_server.port], iter(embedded.free_loopback_port, None))
+    monkeypatch.setattr(embedded_sentinel, "free_loopback_port", lambda: next(ports))
+    with EmbeddedServer() as master:
+        sentinel = embedded_sentinel._SentinelProcess()
+        try:
+            sentinel.start("svc", master.port, 1, 5000)
+            assert sentinel.port != redis_server.port
+            assert server_pid(sentinel.port) not in (None, redis_server.pid)
+        finally:
+            sentinel.stop()
+    assert server_pid(redis_server.port) == redis_server.pid  # (the other one untouched)

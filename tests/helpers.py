@@ -13,6 +13,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 import aioqueue
+from aioqueue.core.ids import fingerprint
 from aioqueue.store.memory import memory_client
 
 
@@ -98,6 +99,12 @@ def collect_leaked_sockets() -> list[str]:
 def leaks_outside(leaked: list[str], ports: set[int]) -> list[str]:
     """The leaked sockets (see ``collect_leaked_sockets``) whose peer is not one of ``ports``."""
     return [text for text in leaked if not any(f", {port})" in text for port in ports)]
+
+
+async def in_done_set(redis: Any, key: str, job_id: str | bytes) -> bool:
+    """Whether a done set holds the id (its fingerprint: core/ids.py)."""
+    raw = job_id.encode() if isinstance(job_id, str) else job_id
+    return bool(await redis.sismember(key, str(fingerprint(raw))))
 
 
 async def redis_ms(redis: Any) -> int:

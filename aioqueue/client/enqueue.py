@@ -181,7 +181,7 @@ _TO_ID_ALPHABET = bytes.maketrans(
 def new_job_id() -> str:
     """A new job id: 20 characters, the millisecond (Unix epoch, 48 bits) then 72 random
     bits, in base64 with an alphabet in ASCII order (``0-9A-Z_a-z~``): ids sort by when
-    they were made, and those made in one millisecond share a done hash (keys.done_slot).
+    they were made, and those made in one millisecond share a done set (keys.done_slot).
     Shorter than a UUID's 36 characters, which every queued job carries in its key and its
     ready entry, at the same cost to make (~0.7 µs)."""
     stamp = (time.time_ns() // 1_000_000).to_bytes(6, "big")

@@ -1,23 +1,33 @@
-"""Job ids: the shape of a generated id, and the done slot an id belongs to.
+"""Job ids: the shape of a generated id, and where a done id is kept.
 
 A generated id is 20 characters of base64 in ASCII order, its millisecond first, so ids
 sort by time and the jobs enqueued together share a millisecond. A job that completed
-with no result keeps only its id, in one of ``DONE_SLOTS`` small hashes per generation
-of the idempotency window (``keys.QueueKeys.done``); ``done_slot`` says which, and
-``lua/include/done.lua`` computes the same.
+with no result keeps only its id's ``fingerprint``, in one of ``DONE_SLOTS`` small sets per
+generation of the idempotency window (``keys.QueueKeys.done``); ``done_slot`` says which,
+and ``lua/include/done.lua`` computes both the same way.
 """
 
 from __future__ import annotations
 
+import hashlib
+
 DONE_SLOTS = 4096
-"""Hashes per generation of completed jobs: few enough entries each to stay listpack-
-encoded (hash-max-listpack-entries: 512 by default, 128 in the shipped redis.conf) up to
-2 (or 0.5) million jobs per idempotency window; past that, ~88 B a job, not ~26 B."""
+"""Sets per generation of completed jobs: few enough members each to stay intsets
+(set-max-intset-entries: 512 by default) up to 2 million jobs per idempotency window, ~8.3 B
+a job; past that, hash tables, ~60 B a job."""
+
+
+def fingerprint(job_id: bytes) -> int:
+    """What a done set keeps of an id: the first 8 bytes of its SHA-1, big-endian, less the
+    top bit (a 63-bit integer, 8 B in an intset; lua/include/done.lua computes the same).
+    Two ids share one with a chance of 1 in 2^63: a look-up checks two sets of at most
+    ~512 each, so a new id is taken for a done one 1 in 9e15 look-ups at most."""
+    return int.from_bytes(hashlib.sha1(job_id).digest()[:8], "big") & 0x7FFF_FFFF_FFFF_FFFF
 
 
 def done_slot(job_id: bytes) -> int:
-    """The done hash a job id goes to; lua/include/done.lua computes the same. A generated
-    id goes by its millisecond (so the jobs enqueued together share a hash), any other by
+    """The done set a job id goes to; lua/include/done.lua computes the same. A generated
+    id goes by its millisecond (so the jobs enqueued together share a set), any other by
     a hash of its last six bytes (zero-padded numbers included: see GENERATED_SINCE)."""
     if _generated_shape(job_id):
         return _sextet(job_id[6]) * 64 + _sextet(job_id[7])

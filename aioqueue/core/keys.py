@@ -38,10 +38,12 @@ Roles:
               be delivered there (a worker's HandOff: deliver.lua, then ZREM)
   waiting     STRING how many jobs wait behind their group or for their children
   job:<id>    HASH  the job record (fields: see records.py)
-  done:<w>:<g>:<s> HASH completed jobs that returned nothing, id -> "": no record each (a
-              key costs ~190 B however small) but a field in one of ids.DONE_SLOTS small
-              hashes per generation g of the idempotency window w (ms); s = done_slot(id).
-              Producers and workers find these only if they agree on w
+  donefp:<w>:<g>:<s> SET completed jobs that returned nothing, by fingerprint (a 63-bit
+              integer: ids.fingerprint): no record each (a key costs ~190 B however small)
+              but a member of one of ids.DONE_SLOTS small sets (intsets: 8 B a member) per
+              generation g of the idempotency window w (ms); s = done_slot(id). Producers
+              and workers find these only if they agree on w. (``done:``, hashes of whole
+              ids, is what an earlier version kept: still looked in for one window)
   seq         STRING counter for ids that scripts mint (poison entries)
   periodic    HASH  periodic spec name -> spec (JSON)
   workers     SET   ids of workers that beat for this queue
@@ -239,11 +241,11 @@ class QueueKeys:
 
     @property
     def done_prefix(self) -> str:
-        """Scripts append ``<generation>:<slot>`` to this to reach a done hash."""
-        return f"{self.base}:done:"
+        """Scripts append ``<window>:<generation>:<slot>`` to this to reach a done set."""
+        return f"{self.base}:donefp:"
 
     def done(self, window_ms: int, generation: int, slot: int) -> str:
-        return f"{self.base}:done:{window_ms}:{generation}:{slot}"
+        return f"{self.base}:donefp:{window_ms}:{generation}:{slot}"
 
     @property
     def job_prefix(self) -> str:

@@ -205,7 +205,7 @@ class JobInfo:
 
     @classmethod
     def done(cls, job_id: str, queue: str) -> JobInfo:
-        """A job that completed returning None: only its id is kept (a done hash)."""
+        """A job that completed returning None: only its id's fingerprint is kept (a done set)."""
         return cls(
             id=job_id, queue=queue, status=JobStatus.COMPLETE, task=None, args=(), kwargs={},
             attempts=0, max_attempts=0, priority=None, enqueued_at_ms=None,

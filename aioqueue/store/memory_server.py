@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import importlib
 import threading
 import time
@@ -131,6 +132,12 @@ _ADDED = {  # commands fakeredis lacks: name -> (method, signature)
 }
 
 
+def _sha1hex(value: Any) -> bytes:
+    """Redis's ``redis.sha1hex``: the hex SHA-1 of a string (of a number's text)."""
+    data = value if isinstance(value, bytes) else str(value).encode()
+    return hashlib.sha1(data).hexdigest().encode()
+
+
 class MemorySocket(AsyncFakeSocket):
     """fakeredis's socket, with its server's clock, blocked clients served in order, WAIT,
     and CLIENT PAUSE refused (see the module's docstring)."""
@@ -141,6 +148,15 @@ class MemorySocket(AsyncFakeSocket):
             super()._process_command(fields)
         if getattr(server, _CHANGED, False):
             serve_blocked(server)
+
+    def _get_server_runtime(self, server: Any) -> Any:
+        """fakeredis's Lua runtime, with the ``redis.sha1hex`` its EVAL lacks (the done sets
+        keep ids' SHA-1 fingerprints: include/done.lua)."""
+        runtime = super()._get_server_runtime(server)
+        api = runtime.globals().redis
+        if api is not None and api.sha1hex is None:
+            api.sha1hex = _sha1hex
+        return runtime
 
     def _blocking(self, timeout: float | None, func: Any, shape: Any = None) -> Any:
         found = func(True)

@@ -13,7 +13,7 @@ import re
 import time
 from typing import TYPE_CHECKING, Any, cast
 
-from ..core.ids import done_slot
+from ..core.ids import done_slot, fingerprint
 from ..core.keys import ChannelKeys, QueueKeys, TopicKeys, channels_registry
 from ..core.records import (
     HISTORY_CODES,
@@ -40,7 +40,7 @@ async def job_info(
 ) -> JobInfo | None:
     """The job's record (and, if it is scheduled, its due time), or None if there is none
     (never enqueued, or expired). A job that completed with no result has no record, only
-    its id in a done hash: its info is its status."""
+    its id in a done set: its info is its status."""
     async with redis.pipeline(transaction=False) as pipe:
         pipe.hgetall(keys.job(job_id))
         pipe.zscore(keys.schedule, job_id)
@@ -89,14 +89,16 @@ async def flow_counts(redis: Redis, keys: QueueKeys, job_id: str) -> list[bytes 
 
 
 async def _is_done(redis: Redis, keys: QueueKeys, job_id: str, span_ms: int) -> bool:
-    """Is the id in a done hash? Generations by this host's clock, one either side for
-    skew (include/done.lua names the hashes by the Redis clock)."""
+    """Is the id's fingerprint in a done set? Generations by this host's clock, one either
+    side for skew (include/done.lua names the sets by the Redis clock)."""
     if span_ms <= 0:
         return False
-    generation, slot = int(time.time() * 1000) // span_ms, done_slot(job_id.encode())
+    raw_id = job_id.encode()
+    generation, slot = int(time.time() * 1000) // span_ms, done_slot(raw_id)
+    member = fingerprint(raw_id)
     async with redis.pipeline(transaction=False) as pipe:
         for g in (generation + 1, generation, generation - 1, generation - 2):
-            pipe.hexists(keys.done(span_ms, g, slot), job_id)
+            pipe.sismember(keys.done(span_ms, g, slot), str(member))
         found = await pipe.execute()
     return any(found)
 

@@ -85,7 +85,7 @@ REQUIRED_COMMANDS = (
     "zrange", "zrangebyscore", "zrevrange", "zrevrangebyscore", "zadd", "zrem", "zcard",
     "zscore", "zremrangebyscore", "zremrangebyrank", "zincrby",
     "llen", "lpop", "lpush", "lrange", "lpos", "rpush", "ltrim", "rpop", "lmove",
-    "smembers", "sadd", "srem", "scan",
+    "smembers", "sadd", "srem", "sismember", "scan",
     # streams (mailboxes, groups, topics)
     "xadd", "xrange", "xrevrange", "xlen", "xreadgroup", "xack", "xpending", "xclaim",
     "xautoclaim", "xtrim", "xgroup|create", "xinfo|stream", "xinfo|groups",

@@ -39,6 +39,17 @@ func TestDoneSlotsMatchPython(t *testing.T) { // values from aioqueue.core.ids.d
 	}
 }
 
+func TestFingerprintsMatchPython(t *testing.T) { // values from aioqueue.core.ids.fingerprint
+	for id, want := range map[string]string{
+		"0Pz3Nq7Yb2c_x~AaBbCc": "603962094169323981", "order-42": "4896312827597028906",
+		"x": "1294412771620432260", "été-2026": "6761565986704597491",
+	} {
+		if got := fingerprint(id); got != want {
+			t.Errorf("fingerprint(%q) = %s, Python says %s", id, got, want)
+		}
+	}
+}
+
 func encode(t *testing.T, args Arguments, opts ...Option) ([]byte, error) {
 	t.Helper()
 	o, err := resolve(opts)

@@ -2,7 +2,9 @@ package aioqueue
 
 import (
 	"crypto/rand"
+	"crypto/sha1"
 	"encoding/binary"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -57,7 +59,7 @@ func sextet(c byte) int {
 	return 63
 }
 
-// doneSlot is the done hash an id goes to (core/ids.py: done_slot).
+// doneSlot is the done set an id goes to (core/ids.py: done_slot).
 func doneSlot(id string) int {
 	if len(id) == generatedLength && id[0] == '0' && sextet(id[1])*64+sextet(id[2]) >= generatedSince {
 		return sextet(id[6])*64 + sextet(id[7])
@@ -71,4 +73,11 @@ func doneSlot(id string) int {
 		slot = (slot*31 + int(id[i])) % doneSlots
 	}
 	return slot
+}
+
+// fingerprint is what a done set keeps of an id (core/ids.py: fingerprint): the first 8
+// bytes of its SHA-1, big-endian, less the top bit, in decimal.
+func fingerprint(id string) string {
+	sum := sha1.Sum([]byte(id))
+	return strconv.FormatUint(binary.BigEndian.Uint64(sum[:8])&(1<<63-1), 10)
 }

@@ -100,19 +100,19 @@ func (j *Job) read(ctx context.Context) (record, error) {
 	return r, err
 }
 
-// isDone: the id is in a done hash (completed with no result), one of the generations
-// either side of this host's clock (docs/protocol.md, Done hashes).
+// isDone: the id's fingerprint is in a done set (completed with no result), one of the
+// generations either side of this host's clock (docs/protocol.md, Done sets).
 func (j *Job) isDone(k *call) (bool, error) {
 	span := j.queue.client.cfg.IdempotencyTTL.Milliseconds()
 	if span <= 0 {
 		return false, nil
 	}
-	generation, slot := time.Now().UnixMilli()/span, doneSlot(j.ID)
+	generation, slot, member := time.Now().UnixMilli()/span, doneSlot(j.ID), fingerprint(j.ID)
 	generations := []int64{generation + 1, generation, generation - 1, generation - 2}
 	found := false
 	if !k.pipelined {
 		for _, g := range generations {
-			reply, err := redis.Int(k.do("HEXISTS", j.queue.keys.done(span, g, slot), j.ID))
+			reply, err := redis.Int(k.do("SISMEMBER", j.queue.keys.done(span, g, slot), member))
 			if err != nil {
 				return false, err
 			}
@@ -121,7 +121,7 @@ func (j *Job) isDone(k *call) (bool, error) {
 		return found, nil
 	}
 	for _, g := range generations {
-		if err := k.conn.Send("HEXISTS", j.queue.keys.done(span, g, slot), j.ID); err != nil {
+		if err := k.conn.Send("SISMEMBER", j.queue.keys.done(span, g, slot), member); err != nil {
 			return false, err
 		}
 	}

@@ -30,7 +30,7 @@ func (k queueKeys) ready(p int) string     { return k.base + ":ready:" + strconv
 func (k queueKeys) settled() string        { return k.key("settled") }
 
 func (k queueKeys) done(spanMs, generation int64, slot int) string {
-	return fmt.Sprintf("%s:done:%d:%d:%d", k.base, spanMs, generation, slot)
+	return fmt.Sprintf("%s:donefp:%d:%d:%d", k.base, spanMs, generation, slot)
 }
 
 // links: the keys of include/links.lua, in the order scripts declare them.

@@ -48,7 +48,7 @@ func parseLayout(source string) layout {
 // roles: a KEYS name -> the key's role after "<prefix>:{<queue>}:" (core/keys.py's names;
 // any other name is its own role).
 var roles = map[string]string{
-	"job_prefix": "job:", "done_prefix": "done:", "ready_prefix": "ready:",
+	"job_prefix": "job:", "done_prefix": "donefp:", "ready_prefix": "ready:",
 	"direct_prefix": "direct:", "taken_prefix": "take:", "schedule_wake": "schedule:wake",
 	"ticks": "periodic:ticks",
 }

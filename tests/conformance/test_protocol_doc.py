@@ -88,9 +88,10 @@ def test_id_rules_are_the_code_s() -> None:
     text = section("## Job ids")
     assert f"`{ids.GENERATED_ID_ALPHABET.decode()}`" in text
     assert code(text)[: len(RESERVED_ID_PREFIXES)] == list(RESERVED_ID_PREFIXES)
-    done = section("### Done hashes")
+    done = section("### Done sets")
     assert f"0..{ids.DONE_SLOTS - 1}" in done and f"at least {ids.GENERATED_SINCE}" in done
     assert f"mod {ids.DONE_SLOTS}" in done and f"{ids.GENERATED_ID_LENGTH} characters" in done
+    assert f"`order-42` → `{ids.fingerprint(b'order-42')}`" in done  # the doc's worked example
 
 
 def test_priorities_are_the_code_s() -> None:
@@ -143,4 +144,4 @@ def test_settled_channel_and_channels_are_named_by_keys() -> None:
     arguments = {row[1]: code(row[2]) for row in table(section("### cancel.lua"), "ARGV")}
     assert arguments["abort_channel"] == [KEYS.abort_channel]
     assert arguments["settled_channel"] == [KEYS.settled_channel]
-    assert f"`{KEYS.done(0, 0, 0).rsplit(':', 4)[0]}:done:<w>:<g>:<s>`" in DOC
+    assert f"`{KEYS.done(0, 0, 0).rsplit(':', 4)[0]}:donefp:<w>:<g>:<s>`" in DOC

@@ -16,7 +16,7 @@ from aioqueue.core.keys import QueueKeys
 from aioqueue.core.lifecycle import NewJob
 from aioqueue.core.payload import Payload, encode_payload
 from aioqueue.store.scripts import enqueues, leasing
-from tests.helpers import wait_until
+from tests.helpers import in_done_set, wait_until
 from tests.store.script_helpers import LEASE_MS, put, redis_now_ms, settle
 
 TTL = 60_000
@@ -150,8 +150,8 @@ async def test_mark_done_prefix_is_not_kept_from_an_earlier_call(
     redis: Redis, keys: QueueKeys
 ) -> None:
     """done.lua's cached key prefix is a local of one script call: a later call, in a
-    later generation, writes to that generation's hash (were it kept, as a Redis Function
-    would keep it, the id would land in an old hash that expires early)."""
+    later generation, writes to that generation's set (were it kept, as a Redis Function
+    would keep it, the id would land in an old set that expires early)."""
     span = 200
     for job_id in ("a", "b"):
         await put(redis, keys, job_id)
@@ -174,7 +174,7 @@ async def test_mark_done_prefix_is_not_kept_from_an_earlier_call(
     found = [
         g
         for g in range(first, generation + 1)
-        if await redis.hexists(f"{keys.done_prefix}{span}:{g}:{done_slot(b'b')}", "b")
+        if await in_done_set(redis, f"{keys.done_prefix}{span}:{g}:{done_slot(b'b')}", "b")
     ]
     assert len(found) == 1 and found[0] >= first + 3
 

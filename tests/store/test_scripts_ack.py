@@ -19,6 +19,7 @@ from aioqueue.core.ids import done_slot
 from aioqueue.core.keys import QueueKeys
 from aioqueue.store.loader import Script
 from aioqueue.store.scripts import enqueues, leasing
+from tests.helpers import in_done_set
 from tests.store.script_helpers import lease, put, redis_now_ms, settle
 
 TTL = 60_000
@@ -317,8 +318,8 @@ async def test_a_complete_record_can_keep_its_payload(db: Redis, keys: QueueKeys
 async def test_a_job_with_no_result_keeps_only_its_id_for_its_own_time(
     db: Redis, keys: QueueKeys
 ) -> None:
-    """A complete job that returned None leaves no record, only its id in a done hash
-    (where keys.done_slot() says, in the generation of the Redis clock)."""
+    """A complete job that returned None leaves no record, only its id's fingerprint in a
+    done set (where ids.done_slot() says, in the generation of the Redis clock)."""
     job = await lease(db, keys, "a")
     now = await redis_now_ms(db)
     settled = await leasing.ack(
@@ -328,7 +329,7 @@ async def test_a_job_with_no_result_keeps_only_its_id_for_its_own_time(
     assert await db.exists(keys.job("a")) == 0
     generations = {now // 5_000, (now + 1_000) // 5_000}  # the ack ran a moment later
     done = [keys.done(5_000, g, done_slot(b"a")) for g in generations]
-    assert [await db.hexists(key, "a") for key in done].count(True) == 1
+    assert [await in_done_set(db, key, "a") for key in done].count(True) == 1
     assert await leasing.ack(db, keys, [settle(job, "complete", b"null")], result_ttl_ms=TTL) == [
         True
     ]  # a resent ack finds it settled
@@ -336,10 +337,10 @@ async def test_a_job_with_no_result_keeps_only_its_id_for_its_own_time(
     assert again == lifecycle.Enqueued(created=False, state="complete")
 
 
-async def test_jobs_made_in_one_millisecond_are_remembered_in_one_done_hash(
+async def test_jobs_made_in_one_millisecond_are_remembered_in_one_done_set(
     db: Redis, keys: QueueKeys
 ) -> None:
-    """Generated ids of one millisecond share a done hash: one ack marks them all there,
+    """Generated ids of one millisecond share a done set: one ack marks them all there,
     with the generation's expiry, and each is found again by its id."""
     ids = [f"0Q8S_rgM{n:012d}" for n in range(30)]  # the shape of new_job_id()'s
     for job_id in ids:
@@ -350,10 +351,10 @@ async def test_jobs_made_in_one_millisecond_are_remembered_in_one_done_hash(
     settlements = [settle(job, "complete", b"null") for job in taken.jobs]
     assert await leasing.ack(db, keys, settlements, result_ttl_ms=TTL, kept_ms=5_000) == [True] * 30
     assert len({done_slot(job_id.encode()) for job_id in ids}) == 1
-    hashes = [key.decode() for key in cast("list[bytes]", await db.keys(f"{keys.done_prefix}*"))]
-    assert len(hashes) == 1 and await db.hlen(hashes[0]) == 30
-    assert 0 < await db.pttl(hashes[0]) <= 10_000
-    assert hashes[0] in {
+    sets = [key.decode() for key in cast("list[bytes]", await db.keys(f"{keys.done_prefix}*"))]
+    assert len(sets) == 1 and await db.scard(sets[0]) == 30
+    assert 0 < await db.pttl(sets[0]) <= 10_000
+    assert sets[0] in {
         keys.done(5_000, g, done_slot(ids[0].encode())) for g in (now // 5_000, now // 5_000 + 1)
     }
     for job_id in ids:
@@ -406,9 +407,9 @@ async def test_python_and_lua_agree_on_a_done_slot(db: Redis, keys: QueueKeys, j
     await leasing.ack(db, keys, [settle(job, "complete", b"null")], result_ttl_ms=TTL, kept_ms=TTL)
     slot = done_slot(job_id.encode())
     found = [
-        await db.hexists(keys.done(TTL, g, slot), job_id) for g in (now // TTL, now // TTL + 1)
+        await in_done_set(db, keys.done(TTL, g, slot), job_id) for g in (now // TTL, now // TTL + 1)
     ]
-    assert True in found
+    assert True in found  # Python and Lua agree on its slot and on its fingerprint
 
 
 class _Recorder:

@@ -24,7 +24,7 @@ from aioqueue.core.ids import done_slot
 from aioqueue.core.keys import QueueKeys
 from aioqueue.store.scripts import admin, enqueues, leasing
 from aioqueue.worker.consumer import QueueConsumer
-from tests.helpers import drain, redis_ms, wait_until
+from tests.helpers import drain, in_done_set, redis_ms, wait_until
 from tests.store.script_helpers import put, redis_now_ms, take
 
 LEASE_MS = 30_000
@@ -285,9 +285,9 @@ async def test_a_completed_id_of_any_shape_is_found_in_its_done_slot(
     assert await leasing.ack(db, keys, [settlement], result_ttl_ms=60_000, kept_ms=60_000) == [True]
     found = [
         g for g in (now // 60_000, now // 60_000 + 1)
-        if await db.hexists(keys.done(60_000, g, done_slot(job_id)), job_id)
+        if await in_done_set(db, keys.done(60_000, g, done_slot(job_id)), job_id)
     ]  # fmt: skip
-    assert found, "not in the done hash Python computes"
+    assert found, "not in the done set Python computes"
     again = await enqueues.enqueue(
         db, keys, job_id=cast("str", job_id), payload=b"{}", priority=0, max_attempts=0,
         delay_ms=0, due_ms=0, span_ms=60_000,
@@ -312,13 +312,13 @@ async def test_a_completed_id_is_found_across_a_generation(
         call = noop.enqueue() if explicit is None else noop.enqueue().options(id=explicit)
         job = await call
         async with app.worker():
-            await job.result(timeout=5)  # None: its id goes to a done hash
-        # Its generation, from the hash that holds it (the Redis clock read after the
+            await job.result(timeout=5)  # None: its id goes to a done set
+        # Its generation, from the set that holds it (the Redis clock read after the
         # result may already be in the next one, on a busy machine).
         keys, slot, now_ms = app.queue().keys, done_slot(job.id.encode()), await redis_ms(redis)
         [generation] = [
             g for g in (now_ms // 2000 - 1, now_ms // 2000)
-            if await redis.hexists(keys.done(2000, g, slot), job.id)
+            if await in_done_set(redis, keys.done(2000, g, slot), job.id)
         ]  # fmt: skip
 
         async def next_generation() -> bool:
@@ -443,11 +443,11 @@ def test_zero_padded_20_digit_ids_spread_over_the_done_slots() -> None:
     assert len(slots) > 100, f"1000 ids in {len(slots)} done slot(s)"
 
 
-async def test_zero_padded_ids_keep_their_done_hashes_small(app: aioqueue.App) -> None:
+async def test_zero_padded_ids_keep_their_done_sets_small(app: aioqueue.App) -> None:
     """The same in Redis: 300 completed jobs with zero-padded ids (returning None) all
-    land in one done hash, past the 128 entries that keep it listpack-encoded (~30 B a
-    job; a hashtable entry costs several times that, and the hash grows without bound
-    for the whole idempotency window: one key deleted, blocking, when it expires)."""
+    landed in one done set, past the entries that keep it compact (an intset: 8 B a job;
+    a hashtable entry costs several times that, and the set grows without bound for the
+    whole idempotency window: one key deleted, blocking, when it expires)."""
 
     @app.task
     async def noop(n: int) -> None:
@@ -459,7 +459,7 @@ async def test_zero_padded_ids_keep_their_done_hashes_small(app: aioqueue.App) -
     assert outcomes["complete"] == 300
     redis = await app.client()
     keys = app.queue().keys
-    hashes = [key async for key in redis.scan_iter(match=f"{keys.done_prefix}*")]
-    sizes = [await redis.hlen(key) for key in hashes]
+    sets = [key async for key in redis.scan_iter(match=f"{keys.done_prefix}*")]
+    sizes = [await redis.scard(key) for key in sets]
     assert sum(sizes) == 300
-    assert max(sizes) <= 128, f"{len(hashes)} done hash(es), the largest {max(sizes)} ids"
+    assert max(sizes) <= 128, f"{len(sets)} done set(s), the largest {max(sizes)} ids"

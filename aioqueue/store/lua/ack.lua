@@ -10,7 +10,7 @@ KEYS[3]      dead           ZSET  job id -> time buried (ms)
 KEYS[4]      notify         LIST  wake-up tokens
 KEYS[5]      schedule_wake  LIST  at most one token for pollers
 KEYS[6]      job_prefix           prefix of job records; carries the queue's hash tag
-KEYS[7]      done_prefix          prefix of the done hashes (include/done.lua); likewise
+KEYS[7]      done_prefix          prefix of the done sets (include/done.lua); likewise
 KEYS[8..17]  ready          LIST  ready lists of priorities 0..9
 KEYS[18]     history_prefix       prefix of the history hashes (include/history.lua)
 KEYS[19..23] links                the keys of include/links.lua, as QueueKeys.links():
@@ -29,7 +29,7 @@ ARGV[1] result_ttl_ms  how long finished records with a result or an error are k
                        deletes them
 ARGV[2] kept_ms        how long a complete job with no result (None) is remembered: the
                        idempotency window of its id. Its record goes, its id is kept in a
-                       done hash (include/done.lua); 0 keeps nothing
+                       done set (include/done.lua); 0 keeps nothing
 ARGV[3] keep_payload   1: a complete record keeps its payload; 0: it keeps only its state,
                        attempts, times, result, priority and task name (field t, read
                        from the payload, which is most of a record)
@@ -79,7 +79,7 @@ local now, now_us = redis_clock()
 local F = fair_context(tenants, notify, now_us)
 local counts, finished = {}, {} -- outcome code -> n; ids of jobs that finished
 local unleased = {} -- ids whose leases go, in one ZREM at the end
-local marks = {} -- completed ids to remember, by done hash (include/done.lua)
+local marks = {} -- completed ids to remember, by done set (include/done.lua)
 local listed = {} -- ZADD arguments: completed jobs whose record is kept, for the listings
 -- The completed index lists the newest this many (a dashboard's list, not a history):
 -- only jobs that keep a record (a result, or keep_payload) enter it, so a job that
@@ -115,7 +115,7 @@ end
 -- it: with a result, a record without the payload (unless asked to keep it) but with its
 -- task's name (field t, a few bytes: the payload is most of a record) and priority, its
 -- lease owner (so that a resent ack finds it settled) and not a retry's error; with none,
--- no record, only its id in a done hash (a workflow's parent keeps its record: its
+-- no record, only its id's fingerprint in a done set (a workflow's parent keeps its record: its
 -- children's counts stay readable). Failed and dead ones keep everything.
 local function complete(id, key, data, parent)
   if data == 'null' and keep_payload ~= '1' and not parent then

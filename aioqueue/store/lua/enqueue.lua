@@ -1,6 +1,6 @@
 --[[ enqueue: write job records and make them ready (or schedule them), skipping any job
 whose id already has a record, in any state (queued, running, finished or dead, until that
-record expires), or completed with no result within the idempotency window (a done hash,
+record expires), or completed with no result within the idempotency window (a done set,
 include/done.lua). So an id is an idempotency key: a client's resend after a lost reply, or
 a caller's retry with the same id, never runs a job twice. One call carries one job or a
 batch (coalesced or bulk enqueues).
@@ -13,7 +13,7 @@ KEYS[2]      schedule       ZSET  job id -> due time (ms)
 KEYS[3]      schedule_wake  LIST  at most one token; wakes a poller when the schedule's head moves earlier
 KEYS[4]      ticks          HASH  periodic spec name -> last tick enqueued (ms)
 KEYS[5]      job_prefix           prefix of job records
-KEYS[6]      done_prefix          prefix of the done hashes; carries the queue's hash tag
+KEYS[6]      done_prefix          prefix of the done sets; carries the queue's hash tag
 KEYS[7]      idle           ZSET  offers of consumers waiting with nothing to do (idle.lua)
 KEYS[8]      active         ZSET  job id -> lease deadline (ms)
 KEYS[9]      paused         STRING set while the queue is paused

@@ -4,7 +4,7 @@ jobs of tenants (.options(tenant=...): made ready on their tenant's list, includ
 linked or not. What their outcomes set off is include/links.lua's; plain jobs go through
 enqueue.lua.
 
-Ids work as in enqueue.lua: a job whose id has a record (or is in a done hash) is skipped,
+Ids work as in enqueue.lua: a job whose id has a record (or is in a done set) is skipped,
 so a resent call writes nothing twice, and a skipped child never counts in its parent. A
 workflow is written parents first, so a child's parents exist when it is counted. A
 parent is written unsealed (field pu) and so is not released before all its children are
@@ -18,7 +18,7 @@ KEYS[1]      notify         LIST  wake-up tokens
 KEYS[2]      schedule       ZSET  job id -> due time (ms)
 KEYS[3]      schedule_wake  LIST  at most one token for pollers
 KEYS[4]      job_prefix           prefix of job records; carries the queue's hash tag
-KEYS[5]      done_prefix          prefix of the done hashes (include/done.lua)
+KEYS[5]      done_prefix          prefix of the done sets (include/done.lua)
 KEYS[6..10]  links                the keys of include/links.lua, as QueueKeys.links():
              groups         HASH  group -> id of the job that holds it
              group_prefix         prefix of the groups' waiting lists

@@ -43,7 +43,7 @@ KEYS[5]     job_prefix        prefix of job records; carries the queue's hash ta
 KEYS[6..15] ready     LIST  ready lists of priorities 0..9
 KEYS[16]    schedule  ZSET  job id -> due time (ms)
 KEYS[17]    skipped   HASH  priority -> ready entries of cancelled jobs; less one per skip
-KEYS[18]    done_prefix       prefix of the done hashes (include/done.lua); carries the tag
+KEYS[18]    done_prefix       prefix of the done sets (include/done.lua); carries the tag
 KEYS[19]    paused    STRING set while the queue is paused: nothing is taken (promotion
                             goes on, so due jobs wait in ready for the resume)
 KEYS[20]    limits    HASH  c (most leased at once), u (microseconds between starts), b (burst)

@@ -1,6 +1,6 @@
 --[[ enqueue: write job records and make them ready (or schedule them), skipping any job
 whose id already has a record, in any state (queued, running, finished or dead, until that
-record expires), or completed with no result within the idempotency window (a done hash,
+record expires), or completed with no result within the idempotency window (a done set,
 include/done.lua). So an id is an idempotency key: a client's resend after a lost reply, or
 a caller's retry with the same id, never runs a job twice. One call carries one job or a
 batch (coalesced or bulk enqueues).
@@ -13,7 +13,7 @@ KEYS[2]      schedule       ZSET  job id -> due time (ms)
 KEYS[3]      schedule_wake  LIST  at most one token; wakes a poller when the schedule's head moves earlier
 KEYS[4]      ticks          HASH  periodic spec name -> last tick enqueued (ms)
 KEYS[5]      job_prefix           prefix of job records
-KEYS[6]      done_prefix          prefix of the done hashes; carries the queue's hash tag
+KEYS[6]      done_prefix          prefix of the done sets; carries the queue's hash tag
 KEYS[7]      idle           ZSET  offers of consumers waiting with nothing to do (idle.lua)
 KEYS[8]      active         ZSET  job id -> lease deadline (ms)
 KEYS[9]      paused         STRING set while the queue is paused
@@ -68,18 +68,21 @@ local function handed_item(max_attempts, id, payload)
 end
 -- new_job: what an enqueue decides about a job it is asked to write, before writing it.
 -- done: completed jobs that returned nothing, kept compactly for the idempotency window
--- (span_ms): not a record each (a key costs ~190 B of memory however small) but a field
--- of one of 4096 small hashes per generation, `<done_prefix><span_ms>:<generation>:<slot>`
--- (listpack-encoded while they hold at most hash-max-listpack-entries, 512 by default:
--- ~26 B a job; ~88 B past it). A generation lasts
--- span_ms and its hashes expire one span after it ends, so an id is found, in its slot of
--- the current or the previous generation, for between one and two spans.
--- The slot is keys.done_slot() in Python. A generated id (20 characters, a millisecond
+-- (span_ms): not a record each (a key costs ~190 B of memory however small) but an id's
+-- fingerprint in one of 4096 small sets per generation,
+-- `<done_prefix><span_ms>:<generation>:<slot>`. A fingerprint is a 63-bit integer, so the
+-- sets are intsets (8 B a member) while they hold at most set-max-intset-entries (512 by
+-- default): ~8.3 B a job instead of a whole id's ~26 B. The price: a new id may be taken
+-- for a done one when its fingerprint matches one of the ~2 x 512 in its slots, 1 in 9e15
+-- look-ups at most (look-ups are made for ids given to enqueue, not for generated ones).
+-- A generation lasts span_ms and its sets expire one span after it ends, so an id is
+-- found, in its slot of the current or the previous generation, for one to two spans.
+-- The slot is ids.done_slot() in Python. A generated id (20 characters, a millisecond
 -- timestamp first: enqueue.new_job_id) goes by that millisecond (mod 4096), so the jobs
--- enqueued together, which finish together, share a hash and an ack marks them with one
--- HSET and one PEXPIREAT; any other id by a hash of its last six bytes. An id has the
+-- enqueued together, which finish together, share a set and an ack marks them with one
+-- SADD and one PEXPIREAT; any other id by a hash of its last six bytes. An id has the
 -- generated shape if it starts with "0" and its characters 2-3 read at least
--- GENERATED_SINCE (bits 30-41 of a millisecond since mid-2017: keys.GENERATED_SINCE), so
+-- GENERATED_SINCE (bits 30-41 of a millisecond since mid-2017: ids.GENERATED_SINCE), so
 -- that zero-padded numbers spread like other ids.
 local DONE_SLOTS, GENERATED_SINCE = 4096, 1397
 
@@ -101,32 +104,60 @@ local function done_slot(id)
   return slot
 end
 
+-- An id's fingerprint (ids.fingerprint): the first 8 bytes of its SHA-1, big-endian, less
+-- the top bit, in decimal (so SADD keeps it as an integer). Lua's numbers are doubles, exact
+-- to 2^53 only: hi * 2^32 + lo is put together in base 1e8, with hi split in 16-bit halves.
+local function fingerprint(id)
+  local hex = redis.sha1hex(id)
+  local hi = tonumber(string.sub(hex, 1, 8), 16) % 2147483648
+  local lo = tonumber(string.sub(hex, 9, 16), 16)
+  local h1 = math.floor(hi / 65536)
+  local h0 = hi - h1 * 65536
+  -- 2^48 = 2814749 * 1e8 + 76710656 and 2^32 = 42 * 1e8 + 94967296
+  local low = h1 * 76710656 + h0 * 94967296 + lo
+  local carry = math.floor(low / 1e8)
+  local high = h1 * 2814749 + h0 * 42 + carry
+  if high == 0 then return string.format('%d', low) end
+  return string.format('%d%08d', high, low - carry * 1e8)
+end
+
+-- Before fingerprints, done ids were fields of hashes under `done:` (one window's worth
+-- may still be there after an upgrade): an id completed then is still found.
+local function was_done(done_prefix, id, generation, slot, span_ms)
+  local legacy = string.gsub(done_prefix, 'donefp:$', 'done:') .. span_ms .. ':'
+  for g = generation - 1, generation do
+    local found = redis.pcall('HEXISTS', legacy .. g .. ':' .. slot, id)
+    if found == 1 then return true end
+  end
+  return false
+end
+
 local function is_done(done_prefix, id, now, span_ms)
   if span_ms <= 0 then return false end
   local generation, slot = math.floor(now / span_ms), done_slot(id)
-  local prefix = done_prefix .. span_ms .. ':'
-  return redis.call('HEXISTS', prefix .. generation .. ':' .. slot, id) == 1
-    or redis.call('HEXISTS', prefix .. (generation - 1) .. ':' .. slot, id) == 1
+  local prefix, print = done_prefix .. span_ms .. ':', fingerprint(id)
+  return redis.call('SISMEMBER', prefix .. generation .. ':' .. slot, print) == 1
+    or redis.call('SISMEMBER', prefix .. (generation - 1) .. ':' .. slot, print) == 1
+    or was_done(done_prefix, id, generation, slot, span_ms)
 end
 
--- Marks are gathered in `marks` (a table per call: hash -> its new fields) and written by
--- write_done at the end of the call: one HSET and one PEXPIREAT per hash, not per job.
+-- Marks are gathered in `marks` (a table per call: set -> its new members) and written by
+-- write_done at the end of the call: one SADD and one PEXPIREAT per set, not per job.
 local function mark_done(marks, done_prefix, id, now, span_ms)
   local generation = math.floor(now / span_ms)
   local key = done_prefix .. span_ms .. ':' .. generation .. ':' .. done_slot(id)
-  local fields = marks[key]
-  if not fields then
-    fields = {expires = (generation + 2) * span_ms}
-    marks[key] = fields
+  local members = marks[key]
+  if not members then
+    members = {expires = (generation + 2) * span_ms}
+    marks[key] = members
   end
-  fields[#fields + 1] = id
-  fields[#fields + 1] = ''
+  members[#members + 1] = fingerprint(id)
 end
 
 local function write_done(marks)
-  for key, fields in pairs(marks) do
-    redis.call('HSET', key, unpack(fields))
-    redis.call('PEXPIREAT', key, fields.expires)
+  for key, members in pairs(marks) do
+    redis.call('SADD', key, unpack(members))
+    redis.call('PEXPIREAT', key, members.expires)
   end
 end
 -- record: a finished job record is kept `ttl_ms` (its status and result stay readable, and
@@ -154,7 +185,7 @@ local function record_state(key)
 end
 
 -- The state of the job whose record is `key`: its record's, 'complete' if it completed
--- with no result within the idempotency window (its id in a done hash), else nil: new.
+-- with no result within the idempotency window (its id in a done set), else nil: new.
 local function known_state(key, done_prefix, id, now, span_ms)
   local state = record_state(key)
   if not state and is_done(done_prefix, id, now, span_ms) then state = 'complete' end

@@ -3,7 +3,7 @@
 // a record itself.
 import { Cluster, Redis } from 'ioredis';
 import { ConfigError, EnqueueUnconfirmed, ServerUnavailable } from './errors.js';
-import { doneSlot } from './ids.js';
+import { doneSlot, fingerprint } from './ids.js';
 import { Job } from './job.js';
 import { QueueKeys } from './keys.js';
 import { prepare } from './options.js';
@@ -308,8 +308,8 @@ export class Queue {
   }
 
   /**
-   * Whether a job with no record completed with no result: its id in a done hash of the
-   * generations either side of this host's clock (docs/protocol.md, Done hashes).
+   * Whether a job with no record completed with no result: its id's fingerprint in a done
+   * set of the generations either side of this host's clock (docs/protocol.md, Done sets).
    * @param {string} id
    */
   async isDone(id) {
@@ -317,10 +317,11 @@ export class Queue {
     if (span <= 0) return false;
     const generation = Math.floor(Date.now() / span);
     const slot = doneSlot(id);
+    const member = fingerprint(id);
     const results = await this.client.call(async (redis) => {
       const pipeline = redis.pipeline();
       for (const g of [generation + 1, generation, generation - 1, generation - 2]) {
-        pipeline.hexists(this.keys.done(span, g, slot), id);
+        pipeline.sismember(this.keys.done(span, g, slot), member);
       }
       return (await pipeline.exec()) ?? [];
     });

@@ -1,5 +1,5 @@
-// Job ids: the shape the Python producer generates, and the done slot an id goes to.
-import { randomBytes } from 'node:crypto';
+// Job ids: the shape the Python producer generates, and where a done id is kept.
+import { createHash, randomBytes } from 'node:crypto';
 import { ConfigError } from './errors.js';
 
 /** Base64 in ASCII order, so generated ids sort by time. */
@@ -35,7 +35,7 @@ function sextet(byte) {
   return position < 0 ? 63 : position;
 }
 
-/** The done hash a job id goes to (aioqueue/core/ids.py: done_slot). @param {string} id */
+/** The done set a job id goes to (aioqueue/core/ids.py: done_slot). @param {string} id */
 export function doneSlot(id) {
   const bytes = Buffer.from(id, 'utf8');
   if (bytes.length === 20 && bytes[0] === 48 && sextet(bytes[1]) * 64 + sextet(bytes[2]) >= GENERATED_SINCE) {
@@ -44,4 +44,13 @@ export function doneSlot(id) {
   let slot = 0;
   for (const byte of bytes.subarray(Math.max(0, bytes.length - 6))) slot = (slot * 31 + byte) % DONE_SLOTS;
   return slot;
+}
+
+/**
+ * What a done set keeps of an id (aioqueue/core/ids.py: fingerprint): the first 8 bytes of
+ * its SHA-1, big-endian, less the top bit, in decimal. @param {string} id
+ */
+export function fingerprint(id) {
+  const digest = createHash('sha1').update(id, 'utf8').digest();
+  return (digest.readBigUInt64BE(0) & 0x7fffffffffffffffn).toString();
 }

@@ -6,7 +6,7 @@ export const PRIORITY_LEVELS = 10;
 
 /** A KEYS name -> its role after "<prefix>:{<queue>}:" (core/keys.py's names; any other name is its own role). */
 const ROLES = /** @type {Record<string, string>} */ ({
-  job_prefix: 'job:', done_prefix: 'done:', ready_prefix: 'ready:', direct_prefix: 'direct:',
+  job_prefix: 'job:', done_prefix: 'donefp:', ready_prefix: 'ready:', direct_prefix: 'direct:',
   taken_prefix: 'take:', schedule_wake: 'schedule:wake', ticks: 'periodic:ticks',
 });
 
@@ -44,7 +44,7 @@ export class QueueKeys {
 
   /** @param {number} spanMs @param {number} generation @param {number} slot */
   done(spanMs, generation, slot) {
-    return `${this.base}:done:${spanMs}:${generation}:${slot}`;
+    return `${this.base}:donefp:${spanMs}:${generation}:${slot}`;
   }
 
   /**

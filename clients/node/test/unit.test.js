@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { ConfigError, PayloadTooLarge, SerializationError, encode, parse } from '../src/index.js';
-import { ID_ALPHABET, doneSlot, newJobId } from '../src/ids.js';
+import { ID_ALPHABET, doneSlot, fingerprint, newJobId } from '../src/ids.js';
 import { prepare } from '../src/options.js';
 import { parseIds } from '../src/settled.js';
 
@@ -41,6 +41,14 @@ test('generated ids have the Python shape and sort by time', () => {
 test('done slots match Python', () => { // values from aioqueue.core.ids.done_slot
   const expected = { '0Pz3Nq7Yb2c_x~AaBbCc': 482, 'order-42': 1466, x: 120, '00000000000000000042': 638 };
   for (const [id, slot] of Object.entries(expected)) assert.equal(doneSlot(id), slot, id);
+});
+
+test('fingerprints match Python (aioqueue.core.ids.fingerprint)', () => {
+  const expected = {
+    '0Pz3Nq7Yb2c_x~AaBbCc': '603962094169323981', 'order-42': '4896312827597028906',
+    x: '1294412771620432260', 'été-2026': '6761565986704597491',
+  };
+  for (const [id, want] of Object.entries(expected)) assert.equal(fingerprint(id), want, id);
 });
 
 test('options are checked before anything is written', () => {

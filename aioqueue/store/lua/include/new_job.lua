@@ -3,7 +3,7 @@
 -- @include record
 
 -- The state of the job whose record is `key`: its record's, 'complete' if it completed
--- with no result within the idempotency window (its id in a done hash), else nil: new.
+-- with no result within the idempotency window (its id in a done set), else nil: new.
 local function known_state(key, done_prefix, id, now, span_ms)
   local state = record_state(key)
   if not state and is_done(done_prefix, id, now, span_ms) then state = 'complete' end

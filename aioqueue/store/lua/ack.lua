@@ -107,7 +107,7 @@ local function task_name(payload)
 end
 
 local function finish(key, state, field, data)
-  redis.call('HSET', key, 's', state, field, data, 'ft', now)
+  redis.call('HSET', key, 's', state, field, data, 'ft', text(now))
   expire_record(key, result_ttl_ms)
 end
 
@@ -123,7 +123,7 @@ local function complete(id, key, data, parent)
     if kept_ms > 0 then mark_done(marks, done_prefix, id, now, kept_ms) end
     return
   end
-  local fields = {'s', 'complete', 'ft', now}
+  local fields = {'s', 'complete', 'ft', text(now)}
   if keep_payload ~= '1' then
     local task = task_name(redis.call('HGET', key, 'p'))
     if task then fields[#fields + 1], fields[#fields + 2] = 't', task end
@@ -157,7 +157,7 @@ end
 
 local function schedule_retry(id, key, data, delay_ms, tenant)
   if delay_ms <= 0 then
-    redis.call('HSET', key, 's', 'queued', 'e', data, 'qt', now)
+    redis.call('HSET', key, 's', 'queued', 'e', data, 'qt', text(now))
     requeue(id, key, tenant, false)
     return
   end

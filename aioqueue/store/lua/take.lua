@@ -92,6 +92,7 @@ time et; -1 if unknown), by the Redis clock.
 -- @include promote_due
 -- @include fair
 -- @include schedule
+-- @include numbers
 local active, notify, dead, seq, job_prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local READY, schedule, skipped, done_prefix = 6, KEYS[16], KEYS[17], KEYS[18]
 local paused, limits_key, rate_key = KEYS[19], KEYS[20], KEYS[21]
@@ -177,7 +178,7 @@ local function take_one(id, priority)
   local state = record[1]
   if state == 'queued' then
     local attempts = tonumber(record[3] or 0) + 1
-    redis.call('HSET', key, 's', 'active', 'w', lease, 'n', attempts, 'st', now)
+    redis.call('HSET', key, 's', 'active', 'w', lease, 'n', text(attempts), 'st', text(now))
     taken_ids[#taken_ids + 1] = id
     out[#out + 1] = id
     out[#out + 1] = record[2] or ''
@@ -361,7 +362,8 @@ end
 -- entry popped, less the one the caller's BLPOP consumed.
 if taken > 0 then -- their leases, in one ZADD (all end at the same deadline)
   local leases = {}
-  for i = 1, taken do leases[2 * i - 1], leases[2 * i] = deadline, taken_ids[i] end
+  local until_text = text(deadline)
+  for i = 1, taken do leases[2 * i - 1], leases[2 * i] = until_text, taken_ids[i] end
   redis.call('ZADD', active, unpack(leases))
   redis.call('RPUSH', taken_key, unpack(taken_ids))
   redis.call('PEXPIRE', taken_key, lease_ms)

@@ -1,8 +1,9 @@
 -- record: a finished job record is kept `ttl_ms` (its status and result stay readable, and
 -- its id stays an idempotency key), then expires; a ttl of 0 deletes it at once.
+-- @include numbers
 local function expire_record(key, ttl_ms)
   if ttl_ms > 0 then
-    redis.call('PEXPIRE', key, ttl_ms)
+    redis.call('PEXPIRE', key, text(ttl_ms))
   else
     redis.call('DEL', key)
   end

@@ -148,3 +148,23 @@ def test_an_include_cycle_is_an_error(tmp_path: Path) -> None:
     )
     with pytest.raises(ValueError, match="main -> a -> b -> a"):
         loader.assemble("main", root)
+
+
+def test_only_a_directive_that_starts_a_line_includes(tmp_path: Path) -> None:
+    root = write_tree(
+        tmp_path,
+        {
+            "main.lua": "-- @include a\nlocal x = 1 -- @include a\n",
+            "include/a.lua": "local function a() end\n",
+        },
+    )
+    assert loader.assemble("main", root) == ("local function a() end\nlocal x = 1 -- @include a\n")
+
+
+def test_a_cluster_build_exists_where_it_differs() -> None:
+    """A script has its own Cluster build exactly when the swapped snippets change it."""
+    for script in scripts.ALL_SCRIPTS:
+        sharded = loader.assemble(script.name, swaps=loader.SHARDED)
+        assert script.sharded.source == sharded
+        assert (script.sharded is script) == (sharded == script.source), script.name
+    assert any(script.sharded is not script for script in scripts.ALL_SCRIPTS)

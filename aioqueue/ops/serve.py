@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.errors import ConfigError
 from ..core.settings import ENV_REDIS_URL, WorkerSettings
-from .embedded import EmbeddedServer, die_with_parent
 from .garbage import tune_for_worker
 
 if TYPE_CHECKING:
@@ -173,6 +172,8 @@ def _redis_for(app: App) -> Iterator[None]:
     if app.redis_url:
         yield
         return
+    from .embedded import EmbeddedServer  # (here: it loads ctypes, which a worker never needs)
+
     server = EmbeddedServer()
     url = server.start()
     logger.warning(
@@ -204,6 +205,8 @@ def _run_processes(app: App, args: argparse.Namespace) -> int:
     # Each child in a session of its own: a terminal's Ctrl-C (sent to the whole group)
     # reaches it once, forwarded by this process, not twice (a second signal skips the
     # grace). It still dies with this process (PDEATHSIG), even after a kill -9 here.
+    from .embedded import die_with_parent
+
     die = die_with_parent if sys.platform == "linux" else None
     children = [
         subprocess.Popen(

@@ -10,14 +10,14 @@ import aioqueue
 
 UNNEEDED = (
     "aioqueue.client.messaging", "aioqueue.client.topics", "aioqueue.client.workflows",
-    "aioqueue.ops.commands", "aioqueue.ops.metrics", "aioqueue.ops.tables",
-    "aioqueue.ops.tracing", "aioqueue.store.sentinel", "aioqueue.testing", "aioqueue.web",
-    "cronsim", "difflib", "fakeredis", "jinja2", "lupa", "opentelemetry", "prometheus_client",
-    "rich", "starlette", "uvicorn", "zoneinfo",
+    "aioqueue.ops.commands", "aioqueue.ops.embedded", "aioqueue.ops.metrics",
+    "aioqueue.ops.tables", "aioqueue.ops.tracing", "aioqueue.store.sentinel", "aioqueue.testing",
+    "aioqueue.web", "cronsim", "ctypes", "difflib", "fakeredis", "jinja2", "lupa",
+    "opentelemetry", "prometheus_client", "rich", "starlette", "uvicorn", "zoneinfo",
 )  # fmt: skip
 """Module prefixes a worker running plain jobs never uses: the dashboard, the one-shot
-commands' tables, tracing, metrics, the memory:// backend, Sentinel, periodic jobs'
-cron and time zones, messaging and workflows."""
+commands' tables, tracing, metrics, the memory:// backend, the embedded server (and the
+ctypes it loads), Sentinel, periodic jobs' cron and time zones, messaging and workflows."""
 
 app = aioqueue.App(prefix=os.environ.get("TEST_PREFIX", "aioqueue-startup-test"))
 

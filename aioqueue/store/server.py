@@ -93,8 +93,9 @@ REQUIRED_COMMANDS = (
     "publish", "subscribe", "unsubscribe", "multi", "exec",
     # sharded pub/sub, on a Redis Cluster
     "spublish", "ssubscribe", "sunsubscribe",
-    # the start-up check of the eviction policy (optional: refused, it is skipped)
-    "config|get",
+    # the start-up check of the eviction policy (optional: refused, it is skipped), and of
+    # the scripts the server has already (optional: refused, every script is sent)
+    "config|get", "script|exists",
 )  # fmt: skip
 """The commands an ACL user needs for everything aioqueue does (README, "Running at scale";
 ``tests/test_acl.py`` runs a worker and a producer as a user with exactly these)."""

@@ -273,7 +273,8 @@ class QueueConsumer(Component):
             # what is here (the other way round, a job handed over between the two looks
             # would be missed).
             if self._burst_busy is not None and await self._burst_busy():
-                await wait_event(self.stopping, BURST_LOOK)
+                # (the worker's last jobs ending here land as acks: look again then)
+                await acks.next_landing(self.stopping, timeout=BURST_LOOK)
                 return False
             promoted = await leasing.promote(
                 self.redis, self.keys, limit=1000, due_first=self._due_first

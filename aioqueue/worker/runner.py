@@ -282,6 +282,8 @@ def _handler_call(
 ) -> CallNext:
     threads, args, kwargs = env.threads, payload.args, payload.kwargs
     if task.injection is None:  # no Depends() (read once, at registration)
+        if task.is_async:  # its own coroutine: no frame of ours around it
+            return functools.partial(task.fn, *args, **kwargs)
         return functools.partial(_invoke, task, threads, job, args, kwargs)
     invoke = functools.partial(_invoke, task, threads, job, args)  # (given its kwargs)
     return functools.partial(

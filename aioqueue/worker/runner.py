@@ -137,6 +137,8 @@ async def run_job(job: J, env: RunEnv, owner: Owner[J]) -> Settlement:
     except BaseException as exc:
         return await _failed(job, task, context, exc)
     settlement = Settlement(taken.id, taken.lease, "complete", data)
+    if not task.hooks:  # (most tasks: no coroutine for nothing)
+        return settlement
     return await _ended(job, task, context, settlement, result)
 
 

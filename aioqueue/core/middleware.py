@@ -25,9 +25,10 @@ ProgressReporter = Callable[[Any], Awaitable[bool]]
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one is made per job, and a frozen __init__ costs 4x
 class JobContext:
-    """The job a handler (or middleware, or hook) is running for."""
+    """The job a handler (or middleware, or hook) is running for (read-only: what is
+    written on it goes nowhere)."""
 
     id: str
     queue: str

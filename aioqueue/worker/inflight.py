@@ -103,11 +103,11 @@ class InFlight(Component):
         loop = asyncio.get_running_loop()
         if self._timed:
             job.started_at = time.monotonic()
-        task = loop.create_task(self._run(job))
+        job.handle = task = loop.create_task(self._run(job))
         self.running[task] = job
 
     async def _run(self, job: RunningJob) -> None:
-        job.handle = asyncio.current_task()  # begun: from here a cancel runs its code
+        job.begun = True  # from here a cancel runs its code
         try:
             try:
                 if job.interrupt is not None:  # (recorded before it began)
@@ -257,7 +257,7 @@ class InFlight(Component):
             return
         if job.interrupt is None or reason > job.interrupt:
             job.interrupt = reason
-        if job.handle is not None and not self._in_thread(job):  # (None: not begun yet)
+        if job.begun and job.handle is not None and not self._in_thread(job):
             job.handle.cancel()
 
     def time_out(self, job: RunningJob) -> None:

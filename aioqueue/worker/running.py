@@ -52,6 +52,7 @@ class RunningJob:
     taken: Taken
     acks: Batcher  # where its Settlement goes
     handle: asyncio.Task[None] | None = None  # the asyncio task running it, once started
+    begun: bool = False  # its task runs its code (a cancel before would skip it all)
     task: Handler[..., Any] | None = None  # known once its handler is called
     context: JobContext | None = None  # likewise
     timeout: float | None = None

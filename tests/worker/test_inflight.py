@@ -54,7 +54,7 @@ def call_handler(inflight: InFlight, job: RunningJob, call: Any) -> Coroutine[An
 async def run_as_job(inflight: InFlight, job: RunningJob, call: Any) -> asyncio.Task[Any]:
     """Run the handler's call in a task that is the job's own handle."""
     task = asyncio.ensure_future(call_handler(inflight, job, call))
-    job.handle = task
+    job.handle, job.begun = task, True
     await asyncio.sleep(0)  # let the handler start
     return task
 
@@ -118,7 +118,7 @@ async def test_a_timeout_is_a_timeout_error_and_its_cancellation_is_taken_back()
     outcome: list[BaseException] = []
 
     async def own_task() -> None:
-        job.handle = asyncio.current_task()
+        job.handle, job.begun = asyncio.current_task(), True
         try:
             await call_handler(inflight, job, forever)
         except TimeoutError as exc:
@@ -140,7 +140,7 @@ async def test_a_handler_that_swallows_its_timeout_fails_with_handler_timeout() 
         return "done anyway"
 
     async def own_task() -> None:
-        job.handle = asyncio.current_task()
+        job.handle, job.begun = asyncio.current_task(), True
         with pytest.raises(HandlerTimeout):
             await call_handler(inflight, job, swallows)
         assert job.handle is not None and job.handle.cancelling() == 0

@@ -166,7 +166,7 @@ async def test_a_deadline_cancels_its_handler_through_the_owner() -> None:
     never = asyncio.Event()
     handles = [asyncio.create_task(_wait(never)) for _ in jobs]
     for job, handle in zip(jobs, handles, strict=True):
-        job.handle = handle
+        job.handle, job.begun = handle, True
     inflight.time_out(jobs[0])
     await asyncio.wait_for(asyncio.wait([handles[0]]), 5)
     assert handles[0].cancelled() and not handles[1].done()

@@ -44,7 +44,7 @@ class Slots(Generic[T]):
         self._start = start
         self._max_wait = MAX_WAIT if max_wait is None else max_wait
         self._reserved = 0
-        self._waiting: deque[tuple[float, T]] = deque()
+        self._waiting: deque[tuple[float, T]] = deque()  # (time.monotonic() when admitted, job)
         self._changed = asyncio.Event()
         self._stopped = False  # stop_starting() was called
 
@@ -92,7 +92,7 @@ class Slots(Generic[T]):
             self.running += 1
             self._start(job)
         else:
-            self._waiting.append((asyncio.get_running_loop().time(), job))
+            self._waiting.append((time.monotonic(), job))
 
     def admit_unreserved(self, job: T) -> None:
         """A job that arrived without a reservation (a blocking read's): it starts if a
@@ -132,7 +132,7 @@ class Slots(Generic[T]):
 
     def take_stale(self) -> list[T]:
         """Remove and return the jobs that have waited longer than ``max_wait``."""
-        deadline = asyncio.get_running_loop().time() - self._max_wait
+        deadline = time.monotonic() - self._max_wait
         stale = []
         while self._waiting and self._waiting[0][0] <= deadline:
             stale.append(self._waiting.popleft()[1])

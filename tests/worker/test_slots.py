@@ -104,18 +104,18 @@ async def test_waiting_jobs_can_be_taken_back_by_match_or_age(
     slots: Slots[str] = Slots(1, lambda job: None, max_wait=0.5)
     slots.lookahead = 1
     slots.reserve(3)
-    loop = asyncio.get_running_loop()
-    now = loop.time()
-    monkeypatch.setattr(loop, "time", lambda: now)
+    now = time.monotonic()
+    monkeypatch.setattr(time, "monotonic", lambda: now)
     for job in ("running", "old"):
         slots.admit(job)
-    monkeypatch.setattr(loop, "time", lambda: now + 0.4)
+    monkeypatch.setattr(time, "monotonic", lambda: now + 0.4)
     slots.admit("young")
     assert slots.take_waiting(lambda job: job == "young") == ["young"]
     assert slots.take_stale() == []
-    monkeypatch.setattr(loop, "time", lambda: now + 0.6)
+    monkeypatch.setattr(time, "monotonic", lambda: now + 0.6)
     assert slots.take_stale() == ["old"]
     assert (slots.waiting, slots.lookahead) == (0, 0)  # jobs got slow: no more lookahead
+    monkeypatch.undo()  # (the event loop's clock too: before it runs again)
 
 
 # -- Deadlines ----------------------------------------------------------------------------

@@ -187,11 +187,12 @@ class Handler(Generic[P, R]):
         instead of a full ``Signature.bind``.
         """
         shape = (len(args), frozenset(kwargs))
-        if shape not in self._shapes:
+        try:
+            error = self._shapes[shape]
+        except KeyError:  # a shape not seen yet
             if len(self._shapes) > 256:  # callers with endlessly varied keywords
                 self._shapes.clear()
-            self._shapes[shape] = self._refusal(args, kwargs)
-        error = self._shapes[shape]
+            error = self._shapes[shape] = self._refusal(args, kwargs)
         if error is not None:
             raise TypeError(error)
 

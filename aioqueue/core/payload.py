@@ -170,6 +170,8 @@ def _check_integers(raw: bytes) -> None:
 
 def encode_result(value: object) -> bytes:
     """Encode a handler's return value; raise SerializationError if JSON cannot hold it."""
+    if value is None:  # (what most handlers return)
+        return b"null"
     return encode_json(value, "result")
 
 

@@ -13,9 +13,11 @@ public API, so it runs against any version.
 The probe, per run: enqueue N no-op jobs with ``enqueue_many`` (fill rate), then drain
 them with one burst worker in this process (concurrency 100; the task's timeout is
 ``--task-timeout``, 300 s by default as in ``@app.task``), timed from worker start to
-drained, and the process's CPU time per job during the drain (the worker's whole cost: no
-producer runs meanwhile). The table gives the median of the rounds per side and their
-ratio (this checkout / base; > 1 means more for rates, more CPU for costs).
+drained, the process's CPU time per job during the drain (the worker's whole cost: no
+producer runs meanwhile) and the server's (INFO's used_cpu_user + used_cpu_sys around the
+drain; both sides use the same server, which serves nothing else). The table gives the
+median of the rounds per side and their ratio (this checkout / base; > 1 means more for
+rates, more CPU for costs).
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = {  # name: (label, higher is better)
     "fill": ("enqueue_many fill (jobs/s)", True),
     "drain": ("drain, 1 in-process burst worker (jobs/s)", True),
     "drain_cpu_us": ("drain: process CPU per job (µs)", False),
+    "drain_redis_us": ("drain: Redis CPU per job (µs)", False),
 }
 
 
@@ -54,12 +58,24 @@ async def probe(url: str, prefix: str, jobs: int, timeout: float | None) -> dict
         await queue.enqueue_many(noop.enqueue(n) for n in range(start, min(jobs, start + 1000)))
     fill = jobs / (time.perf_counter() - started)
     worker = app.worker(burst=True, concurrency=100)
+    redis = await app.client()
+    server = await redis_cpu(redis)
     cpu, wall = time.process_time(), time.perf_counter()
     await worker.run_until_idle()
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    server = await redis_cpu(redis) - server
     await app.close()
     assert worker.outcomes["complete"] == jobs, worker.outcomes
-    return {"fill": fill, "drain": jobs / wall, "drain_cpu_us": cpu / jobs * 1e6}
+    return {
+        "fill": fill, "drain": jobs / wall, "drain_cpu_us": cpu / jobs * 1e6,
+        "drain_redis_us": server / jobs * 1e6,
+    }  # fmt: skip
+
+
+async def redis_cpu(redis: Any) -> float:
+    """The server's CPU seconds so far (user + system; INFO's own reply is in it)."""
+    info: dict[str, Any] = await redis.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def run_side(tree: Path, url: str, prefix: str, jobs: int, timeout: str) -> dict[str, float]:

@@ -12,15 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakeredis.commands_mixins import server_mixin
 from redis.asyncio import Redis
 
 import aioqueue
 from aioqueue.core.keys import QueueKeys
 from aioqueue.core.lifecycle import HELD_BY_CONCURRENCY
 from aioqueue.core.limits import make_limits, parse_rate
-from aioqueue.store import loader
+from aioqueue.store import loader, memory
 from aioqueue.store.scripts import leasing
-from tests.helpers import now, wait_until
+from tests.helpers import now, plain_client, wait_until
 from tests.store.script_helpers import put, take
 
 # -- parsing ---------------------------------------------------------------------------
@@ -112,6 +113,44 @@ async def test_a_quiet_queue_starts_its_whole_burst_whatever_the_interval(
     await _limit(db, keys, rate=rate, burst=burst)
     taken, held = await _take(db, keys, 10, "a:1")
     assert taken == ids[:burst] and held > 0
+
+
+class _TimeAhead:
+    """``time`` as fakeredis's TIME reads it, ``ahead`` seconds past the clock the server's
+    keys expire by: as a script's TIME is when the call started late (the server sampled
+    its clock for expiry at the call's start)."""
+
+    def __init__(self, clock: Any, ahead: float) -> None:
+        self.clock, self.ahead = clock, ahead
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.clock, name)
+
+    def time(self) -> float:
+        return float(self.clock.time()) + self.ahead
+
+
+async def test_a_call_that_started_late_keeps_the_rate(prefix: str) -> None:
+    """The rate's TAT outlives a call whose TIME reads later than its start: the key went
+    that much early, and the next take started a fresh burst ahead of the rate (under load,
+    on the in-process server, 7 starts within 53 ms at 40/s with a burst of 4)."""
+    url = f"memory://{prefix}"
+    db, keys = plain_client(url), QueueKeys.for_queue(prefix, "q")
+    clock = server_mixin.time  # type: ignore[attr-defined]
+    try:
+        ids = [await enqueue(db, keys, f"j{n}") for n in range(3)]
+        await _limit(db, keys, rate="40/s")  # a start every 25 ms, no burst
+        server_mixin.time = _TimeAhead(clock, 0.1)  # type: ignore[attr-defined,assignment]
+        try:  # this call's TIME reads 100 ms past its start
+            assert (await _take(db, keys, 10, "a:1"))[0] == ids[:1]
+        finally:
+            server_mixin.time = clock  # type: ignore[attr-defined]
+        memory.advance_clock(url, 0.05)  # the next start is due 75 ms from here
+        taken, held = await _take(db, keys, 10, "a:2")
+        assert taken == [] and held > 0  # held by the rate, until when it says
+    finally:
+        await db.aclose()
+        memory.forget(prefix)
 
 
 async def test_new_limits_start_afresh(app: aioqueue.App) -> None:

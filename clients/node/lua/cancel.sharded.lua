@@ -194,10 +194,15 @@ local function gcra_allowed(key, now_us, interval, burst)
 end
 
 -- `count` starts spent from `tat`: the new TAT, kept while it can still be credited to a
--- late start. Returns it.
+-- late start, and a second more. The key expires by the server's clock of the call's start
+-- and TIME reads the clock as the call runs: were the key to go by the TAT alone, a call
+-- that started late would lose it early (a fresh burst, ahead of the rate). A TAT kept
+-- longer than it counts is ignored by gcra_allowed. Returns it.
+local GCRA_KEPT_MS = 1000
+
 local function gcra_spend(key, now_us, tat, count, interval, late_us)
   tat = tat + count * interval
-  local ttl_ms = math.max(1, math.ceil((tat + late_us - now_us) / 1000) + 1)
+  local ttl_ms = math.max(1, math.ceil((tat + late_us - now_us) / 1000) + GCRA_KEPT_MS)
   redis.call('SET', key, string.format('%.0f', tat), 'PX', ttl_ms)
   return tat
 end

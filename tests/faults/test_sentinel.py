@@ -54,11 +54,13 @@ async def test_a_failover_mid_drain_loses_no_confirmed_job(
 ) -> None:
     app = aioqueue.App(redis_url=sentinel_set.url, prefix=f"s{uuid.uuid4().hex[:8]}", replicas=1)
     runs: Counter[str] = Counter()
+    first_run: dict[str, float] = {}  # job id -> when it first started
     confirmed: dict[str, float] = {}  # job id -> when its enqueue was confirmed
 
     @app.task
     async def work(key: str) -> None:
         runs[key] += 1
+        first_run.setdefault(key, time.monotonic())
         await asyncio.sleep(0.005)
 
     def enqueue(key: str) -> Any:  # an unconfirmed one is retried with its id
@@ -91,7 +93,11 @@ async def test_a_failover_mid_drain_loses_no_confirmed_job(
         )
         assert lost == set()
         assert after  # enqueues resumed on the new master
-        assert twice <= 40  # only jobs running (or unacked) at the kill: 2 x concurrency
+        # Only jobs that ran around the kill run again: running or unacked then, or acked
+        # on the old master within the replica's lag (acks do not wait for replicas). How
+        # many that is depends on the rate and the lag (once 67 of 1,500, on a busy machine).
+        early = [key for key, count in runs.items() if count > 1 and first_run[key] < killed_at - 2]
+        assert early == [], f"{len(early)} job(s) done 2 s before the kill ran again"
     finally:
         await app.close()
     # redis-py may drop a killed server's connections without closing them (they

@@ -26,11 +26,13 @@ import argparse
 import asyncio
 import platform
 import statistics
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import aioqueue
 from aioqueue.core.ids import done_slot
+from aioqueue.core.keys import QueueKeys
 from aioqueue.ops.embedded import EmbeddedServer
+from benchmarks.quick import used_memory
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -40,11 +42,7 @@ LISTPACK_VALUE = "hash-max-listpack-value"
 CHUNK = 10_000  # jobs per enqueue_many, and per pipeline of the sketch
 DAY_S = 86_400
 Written = list[tuple[bytes, dict[bytes, bytes], float | None]]  # id, record, schedule score
-
-
-async def used_memory(redis: Redis) -> int:
-    info: dict[str, Any] = await redis.info("memory")
-    return int(info["used_memory"])
+KEYS = QueueKeys.for_queue(PREFIX, QUEUE)
 
 
 async def today(app: aioqueue.App, jobs: int, argument: str | None, delayed: bool) -> float:
@@ -65,24 +63,19 @@ async def today(app: aioqueue.App, jobs: int, argument: str | None, delayed: boo
 
 async def records(redis: Redis) -> Written:
     """Every job record of the queue, with its schedule score if it has one."""
-    keys = app_keys()
-    found = [key async for key in redis.scan_iter(match=f"{keys.job_prefix}*", count=1000)]
+    found = [key async for key in redis.scan_iter(match=f"{KEYS.job_prefix}*", count=1000)]
     out = []
     for start in range(0, len(found), CHUNK):
         async with redis.pipeline(transaction=False) as pipe:
             for key in found[start : start + CHUNK]:
                 pipe.hgetall(key)
-                pipe.zscore(keys.schedule, key[len(keys.job_prefix) :])
+                pipe.zscore(KEYS.schedule, key[len(KEYS.job_prefix) :])
             replies = await pipe.execute()
         for key, record, score in zip(
             found[start : start + CHUNK], replies[::2], replies[1::2], strict=True
         ):
-            out.append((key[len(keys.job_prefix) :], record, score))
+            out.append((key[len(KEYS.job_prefix) :], record, score))
     return out
-
-
-def app_keys() -> Any:
-    return aioqueue.App(prefix=PREFIX).queue(QUEUE).keys
 
 
 def packed(record: dict[bytes, bytes]) -> bytes:
@@ -90,20 +83,17 @@ def packed(record: dict[bytes, bytes]) -> bytes:
     return b"".join(name + b"\x00" + value + b"\x00" for name, value in record.items())
 
 
-async def bucketed(
-    redis: Redis, jobs: list[tuple[bytes, dict[bytes, bytes], float | None]]
-) -> float:
+async def bucketed(redis: Redis, jobs: Written) -> float:
     """Bytes per job with the same records as fields of 4,096 bucket hashes."""
-    keys = app_keys()
     before = await used_memory(redis)
     for start in range(0, len(jobs), CHUNK):
         async with redis.pipeline(transaction=False) as pipe:
             for job_id, record, score in jobs[start : start + CHUNK]:
-                pipe.hset(f"{keys.base}:rec:{done_slot(job_id)}", job_id, packed(record))
+                pipe.hset(f"{KEYS.base}:rec:{done_slot(job_id)}", job_id, packed(record))
                 if score is None:
-                    pipe.rpush(keys.ready_lists()[int(record.get(b"pr", b"5"))], job_id)
+                    pipe.rpush(KEYS.ready_lists()[int(record.get(b"pr", b"5"))], job_id)
                 else:
-                    pipe.zadd(keys.schedule, {job_id: score})
+                    pipe.zadd(KEYS.schedule, {job_id: score})
             await pipe.execute()
     return (await used_memory(redis) - before) / len(jobs)
 

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-import re
 from itertools import pairwise
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,10 +17,10 @@ import aioqueue
 from aioqueue.core.keys import QueueKeys
 from aioqueue.core.lifecycle import HELD_BY_CONCURRENCY
 from aioqueue.core.limits import make_limits, parse_rate
-from aioqueue.store import loader, memory
+from aioqueue.store import memory
 from aioqueue.store.scripts import leasing
 from tests.helpers import now, plain_client, wait_until
-from tests.store.script_helpers import put, take
+from tests.store.script_helpers import lua_constant, put, take
 
 # -- parsing ---------------------------------------------------------------------------
 
@@ -62,11 +60,8 @@ async def _limit(db: Redis, keys: QueueKeys, **options: object) -> None:
     await db.hset(keys.limits, mapping=fields)  # type: ignore[arg-type]
 
 
-LUA = Path(loader.__file__).parent / "lua"
 # How late a start may be and keep its place in the schedule, as the scripts say.
-_LATE = re.search(r"GCRA_LATE_US = (\d+)", (LUA / "include" / "gcra.lua").read_text())
-assert _LATE is not None
-GCRA_LATE_US = int(_LATE[1])
+GCRA_LATE_US = lua_constant("gcra", "GCRA_LATE_US")
 
 
 async def _take(db: Redis, keys: QueueKeys, limit: int, lease: str) -> tuple[list[bytes], int]:

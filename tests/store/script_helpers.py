@@ -8,11 +8,14 @@ The ``db`` and ``keys`` fixtures they take are in conftest.py.
 from __future__ import annotations
 
 import itertools
+import re
+from pathlib import Path
 
 from redis.asyncio import Redis
 
 from aioqueue.core import lifecycle
 from aioqueue.core.keys import QueueKeys
+from aioqueue.store import loader
 from aioqueue.store.scripts import enqueues, leasing
 
 LEASE_MS = 30_000
@@ -120,3 +123,11 @@ async def redis_now_ms(db: Redis) -> int:
     """Redis's own clock (TIME) in epoch milliseconds, the clock the scripts use."""
     seconds, micros = await db.time()
     return int(seconds) * 1000 + int(micros) // 1000
+
+
+def lua_constant(include: str, name: str) -> int:
+    """A number an include states (``local NAME = 20000``), as the scripts read it."""
+    text = (Path(loader.__file__).parent / "lua" / "include" / f"{include}.lua").read_text()
+    found = re.search(rf"\b{name} = (\d+)", text)
+    assert found is not None, f"{include}.lua states no {name}"
+    return int(found[1])

@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-import re
-from pathlib import Path
 from typing import cast
 
 from redis.asyncio import Redis
@@ -18,18 +16,13 @@ from aioqueue.core.keys import QueueKeys
 from aioqueue.core.lifecycle import LinkedJob, NewJob, Settlement
 from aioqueue.core.limits import TenantLimits
 from aioqueue.core.records import TenantCount
-from aioqueue.store import listing, loader, reads, tenants
+from aioqueue.store import listing, reads, tenants
 from aioqueue.store.scripts import admin, leasing, links
 from tests.helpers import wait_until
-from tests.store.script_helpers import LEASE_MS, put, redis_now_ms, take
+from tests.store.script_helpers import LEASE_MS, lua_constant, put, redis_now_ms, take
 
 # How long a rate's state outlives its last use, as include/gcra.lua says.
-_KEPT = re.search(
-    r"GCRA_KEPT_MS = (\d+)",
-    (Path(loader.__file__).parent / "lua" / "include" / "gcra.lua").read_text(),
-)
-assert _KEPT is not None
-GCRA_KEPT_MS = int(_KEPT[1])
+GCRA_KEPT_MS = lua_constant("gcra", "GCRA_KEPT_MS")
 
 TTL = 60_000
 _leases = itertools.count(1)

@@ -15,7 +15,8 @@ on a flushed server each time. Tables:
      vs 10 consumer groups on one stream, deliveries = messages x members); topics:
      ``publish_many``, single ``publish`` from concurrent callers, and subscriber groups
      run by a burst worker in this process (a run per message, or ``batch=100``) vs bare
-     consumer groups
+     consumer groups; and the floor of a task per message (bare consumer groups whose
+     messages each run a no-op handler in an asyncio task of their own)
   2. fetch cost: 100 messages at a cursor halfway along a group's log of a small and a
      large size (vs XRANGE after an id), and their ratio (O(log n + k): near 1)
   3. memory per stored message: used_memory delta and MEMORY USAGE of the key
@@ -155,11 +156,18 @@ class Bench:
         assert counts == [self.n] * members, counts
         return self.n * members / seconds
 
-    async def streams_drain(self, members: int) -> float:
+    async def streams_drain(self, members: int, *, tasks: bool = False) -> float:
+        """Bare consumer groups: XREADGROUP 1000, decode each body, XACK the 1000. With
+        ``tasks``, each body goes to a no-op handler in an asyncio task of its own, all
+        awaited before the XACK: the floor of any runner that gives each message a task."""
         await self.xadd_batches(self.bodies, 1000)
         names = [f"g{m}" for m in range(members)]
         for name in names:
             await self.redis.xgroup_create(STREAM, name, id="0")
+        loop = asyncio.get_running_loop()
+
+        async def handle(body: Any) -> None:
+            pass
 
         async def drain(group: str) -> int:
             count = 0
@@ -168,8 +176,12 @@ class Bench:
                 if not reply:
                     return count
                 entries = reply[0][1]
-                for _, fields in entries:
-                    orjson.loads(fields[b"body"])
+                if tasks:
+                    runs = [loop.create_task(handle(orjson.loads(f[b"body"]))) for _, f in entries]
+                    await asyncio.wait(runs)
+                else:
+                    for _, fields in entries:
+                        orjson.loads(fields[b"body"])
                 count += len(entries)
                 await self.redis.xack(STREAM, group, *(entry_id for entry_id, _ in entries))
 
@@ -307,6 +319,9 @@ async def run(url: str, messages: int, sizes: tuple[int, int], fetches: int) -> 
             ("topic fan-out: 3 subscriber groups, one worker vs 3 consumer groups "
              "(deliveries/s)",
              lambda: bench.subscriber_drain(3), lambda: bench.streams_drain(3)),
+            ("floor of a task per message: bare XREADGROUP 1000 + a task per message "
+             "+ XACK vs XREADGROUP 1000 + XACK",
+             lambda: bench.streams_drain(1, tasks=True), lambda: bench.streams_drain(1)),
             ("topic drain, batch=100: 1 subscriber group taking lists, a burst worker vs "
              "XREADGROUP 1000 + XACK",
              lambda: bench.subscriber_drain(1, 100), lambda: bench.streams_drain(1)),

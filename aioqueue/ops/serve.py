@@ -152,7 +152,20 @@ def _run_leaving_abandoned_tasks(
         loop.run_until_complete(main)
         loop.run_until_complete(loop.shutdown_asyncgens())
     finally:
+        left = asyncio.all_tasks(loop)
         loop.close()
+        _discard(left)
+
+
+def _discard(tasks: set[asyncio.Task[Any]]) -> None:
+    """Close quietly the tasks the exit left running (their cancellation did not end them:
+    a call to a stalled server). Collected as they are, each would print "Task was
+    destroyed but it is pending", and the traceback of its coroutine's clean-up, which
+    finds no loop to run in (redis-py's disconnect asks for the current task)."""
+    for task in tasks:
+        task._log_destroy_pending = False  # type: ignore[attr-defined]  # (asyncio's own flag)
+        with contextlib.suppress(Exception):  # what the clean-up raises, with no loop
+            task.get_coro().close()
 
 
 def _new_loop(uvloop: bool) -> asyncio.AbstractEventLoop:

@@ -1,7 +1,8 @@
 """``aioqueue worker`` with a plain ``def`` handler still running in its thread: Ctrl-C
 (once or twice) or SIGTERM ends the process after the grace, not when the thread ends,
 without a traceback, and without handing the job to anyone while the thread could run
-(its lease, no longer renewed, expires after the process is gone: DESIGN.md §12)."""
+(its lease, no longer renewed, expires after the process is gone: DESIGN.md §12). And a
+task that its cancellation does not end (a call to a stalled server) leaves no traceback."""
 
 from __future__ import annotations
 
@@ -67,3 +68,39 @@ async def test_a_worker_with_a_thread_running_exits_after_the_grace(
     assert "still runs in a thread" in err
     assert await job.status() is aioqueue.JobStatus.ACTIVE  # not handed back: it ran
     await app.close()
+
+
+_STUBBORN = """
+import asyncio
+from aioqueue.ops import serve
+
+async def stubborn():  # as a redis-py call to a stalled server can be: cancelling it waits
+    while True:
+        try:
+            await asyncio.sleep(10)
+        except BaseException:
+            asyncio.current_task()  # (redis-py's disconnect does this: it needs a loop)
+            await asyncio.sleep(0)
+
+async def main():
+    asyncio.get_running_loop().create_task(stubborn())
+    await asyncio.sleep(0.01)
+    await serve._cancel_leftovers()
+
+serve.LEFTOVER_WAIT = 0.1
+serve._run_leaving_abandoned_tasks(asyncio.new_event_loop(), main())
+print("exited")
+"""
+
+
+async def test_a_task_that_outlives_its_cancellation_exits_without_a_traceback() -> None:
+    """The exit leaves behind a task its cancellation did not end (a call to a stalled
+    server): the process ends without "Task was destroyed but it is pending" and without
+    the traceback of the task's coroutine, closed with no loop to run in."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _STUBBORN,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(), 30)
+    assert (process.returncode, out.decode().strip()) == (0, "exited"), err.decode()
+    assert err.decode() == ""

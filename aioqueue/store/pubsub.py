@@ -50,7 +50,10 @@ async def listen(
             heard_at = now
             heard(message)
         elif now - heard_at > SILENCE_LIMIT:
-            raise ChannelSilent(f"no reply to PING for {now - heard_at:.1f}s")
+            raise ChannelSilent(
+                f"Redis answered nothing, not even PING, for {now - heard_at:.1f}s (a stalled "
+                "server, or a dead connection)"
+            )
         elif now - max(heard_at, pinged) >= PING_AFTER:
             await pubsub.ping()
             pinged = now

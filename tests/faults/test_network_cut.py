@@ -11,6 +11,7 @@ import pytest
 from redis.asyncio import Redis
 
 import aioqueue
+from aioqueue.store import pubsub
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.real_redis("a network cut through a proxy")
@@ -153,6 +154,22 @@ async def test_aborts_come_back_after_a_half_open_cut(
         with contextlib.suppress(Exception):
             await app.close()
         await admin.close()
+
+
+async def test_a_listener_says_redis_answers_nothing(proxy: tuple[BlackHoleProxy, str]) -> None:
+    """What the worker's log says first when Redis stalls (SIGSTOP) or the link dies: the
+    listener's PING went unanswered, in words a reader can act on."""
+    black_hole, through_proxy = proxy
+    client: Redis = Redis.from_url(through_proxy)
+    channel = client.pubsub()
+    try:
+        await channel.subscribe("quiet")
+        black_hole.cut()
+        silent = "Redis answered nothing, not even PING, for 3.\\ds \\(a stalled server"
+        with pytest.raises(pubsub.ChannelSilent, match=silent):
+            await asyncio.wait_for(pubsub.listen(channel, lambda _: None, lambda: False), 10)
+    finally:
+        await client.aclose()
 
 
 async def _at_least(count: object, minimum: int) -> bool:

@@ -8,7 +8,8 @@ each loop keeps an ``Outage``:
 
 - the first failure is a WARNING (what failed, and why); the failures after it are
   DEBUG, with a WARNING reminder every REMIND_AFTER seconds it lasts; the first call that
-  works again ends it, at INFO, saying how long it lasted;
+  works again ends it, at INFO, saying how long after the first failure (a call that
+  hangs until its socket timeout fails that long after the outage began: not its length);
 - a failover's expected break (``MasterChanged``: the call was on its way when the master
   changed) is one INFO line, and a quiet end; it turns into a WARNING only if the calls
   go on failing for another reason;
@@ -87,5 +88,5 @@ class Outage:
         lasted = asyncio.get_running_loop().time() - self.since
         quiet = not self._warned or (self._stopping is not None and self._stopping())
         level = logging.DEBUG if quiet else logging.INFO
-        self._log.log(level, "%s works again, after %.1fs", self._what, lasted)
+        self._log.log(level, "%s works again, %.1fs after it first failed", self._what, lasted)
         self.since, self._warned = None, False

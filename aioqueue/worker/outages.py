@@ -14,22 +14,82 @@ each loop keeps an ``Outage``:
   changed) is one INFO line, and a quiet end; it turns into a WARNING only if the calls
   go on failing for another reason;
 - once the loop's component is stopping, DEBUG only: the stop itself says what it leaves
-  undone (``loops.stop_all``), and nothing after "stopping" says the worker goes on.
+  undone (``loops.stop_all``), and nothing after "stopping" says the worker goes on;
+- when Redis does not answer at all (refused, timed out, silent), every loop fails at
+  once: a worker's loops share a ``ServerOutage`` (``shared_context``), which says so in
+  one WARNING, and in one INFO line when a call works again; each loop's own lines about
+  it are DEBUG. (A worker's fifteen loops made a restart of Redis thirty lines.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from typing import TYPE_CHECKING
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
 from ..core.errors import describe
 from ..store.following import MasterChanged
+from ..store.pubsub import ChannelMoved
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+logger = logging.getLogger(__name__)
+
 REMIND_AFTER = 60.0  # seconds between the WARNING lines of one outage
+UNANSWERED = (RedisConnectionError, RedisTimeoutError, OSError)  # (OSError: ChannelSilent,
+# and the deadlines' TimeoutError)
+
+
+class ServerOutage:
+    """Redis not answering any of a worker's loops: one WARNING when the first call fails,
+    a reminder every REMIND_AFTER, one INFO line when a call works again."""
+
+    __slots__ = ("since", "told_at")
+
+    def __init__(self) -> None:
+        self.since: float | None = None  # loop time of the first failed call
+        self.told_at = 0.0
+
+    def failed(self, what: str, cause: str, now: float) -> None:
+        if self.since is None:
+            self.since = self.told_at = now
+            logger.warning(
+                "cannot reach Redis (the worker's calls wait, and go on when it answers): %s "
+                "failed: %s", what, cause,
+            )  # fmt: skip
+        elif now - self.told_at >= REMIND_AFTER:
+            self.told_at = now
+            lasted = now - self.since
+            logger.warning("Redis still does not answer, for %.0fs now: %s", lasted, cause)
+
+    def answered(self, now: float) -> None:
+        if self.since is not None:
+            lasted = now - self.since
+            logger.info("Redis answers again, %.1fs after the first call that failed", lasted)
+            self.since = None
+
+
+_SERVER: contextvars.ContextVar[ServerOutage | None] = contextvars.ContextVar(
+    "aioqueue_server_outage", default=None
+)
+
+
+def shared_context() -> contextvars.Context:
+    """A copy of the current context in which the loops a worker starts (``context.run(
+    component.start)``) share one ServerOutage; the caller's own context is left as it is."""
+    context = contextvars.copy_context()
+    context.run(_SERVER.set, ServerOutage())
+    return context
+
+
+def _unanswered(exc: BaseException) -> bool:
+    """Redis did not answer (a slot that moved, or a failover, is not that)."""
+    return isinstance(exc, UNANSWERED) and not isinstance(exc, (ChannelMoved, MasterChanged))
 
 
 class Outage:
@@ -60,6 +120,13 @@ class Outage:
         if self._stopping is not None and self._stopping():
             self._log.debug("%s failed while stopping: %s", self._what, cause)
             return
+        server = _SERVER.get()
+        if server is not None and _unanswered(exc):  # said once for all the loops
+            if self.since is None:
+                self.since, self.told_at = now, now
+            server.failed(self._what, cause, now)
+            self._log.debug("%s failed: %s", self._what, cause)
+            return
         expected = isinstance(exc, MasterChanged)
         if self.since is None:
             self.since, self.told_at, self._warned = now, now, not expected
@@ -85,7 +152,10 @@ class Outage:
         """A call worked: the outage, if any, is over."""
         if self.since is None:
             return
-        lasted = asyncio.get_running_loop().time() - self.since
+        now = asyncio.get_running_loop().time()
+        if (server := _SERVER.get()) is not None:
+            server.answered(now)
+        lasted = now - self.since
         quiet = not self._warned or (self._stopping is not None and self._stopping())
         level = logging.DEBUG if quiet else logging.INFO
         self._log.log(level, "%s works again, %.1fs after it first failed", self._what, lasted)

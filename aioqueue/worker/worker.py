@@ -32,6 +32,7 @@ from ..core.keys import QueueKeys, TopicKeys
 from ..core.observers import JobWatchers
 from ..core.settings import WORKER_DEFAULTS, WorkerSettings
 from ..store import reads, stored_limits
+from . import outages
 from .aborts import AbortListener
 from .acks import AckBatcher
 from .consumer import QueueConsumer, any_ready, any_taking
@@ -171,11 +172,12 @@ class Worker:
             return
         await self._resources.open()  # startup hooks, worker-scoped dependencies
         inflight = await self._compose(redis)
+        loops = outages.shared_context()  # Redis not answering: one line, not one per loop
         for component in (inflight, *self._acks, *self._topic_acks, *self._background):
-            component.start()
+            loops.run(component.start)
         await self._hear_aborts()
         for component in self._intake:
-            component.start()
+            loops.run(component.start)
         if self.settings.burst:
             self._burst_watch = asyncio.get_running_loop().create_task(self._stop_when_drained())
         served = ", ".join(self.settings.queues)
@@ -376,11 +378,8 @@ class Worker:
         return self._holding_work() or sum(acks.landed for acks in self._acks) != landed
 
     def _holding_work(self) -> bool:
-        return (
-            bool(self.running)
-            or not all(acks.idle for acks in self._acks)
-            or any_taking(self._consumers)
-        )
+        acked = all(acks.idle for acks in self._acks)
+        return bool(self.running) or not acked or any_taking(self._consumers)
 
     async def _stop_when_drained(self) -> None:
         await asyncio.gather(*(consumer.join() for consumer in self._consumers))

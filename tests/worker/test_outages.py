@@ -1,7 +1,8 @@
 """How a worker's loops report failing calls (``worker/outages.py``): an outage is a
 warning, quiet repeats and a line when it ends; a failover's expected break is one INFO
 line per loop (each loop logged a warning per break: a burst at every failover); a
-stopping loop says nothing above DEBUG."""
+stopping loop says nothing above DEBUG; Redis not answering at all is one warning for all
+of a worker's loops (a restart of Redis was thirty lines)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,16 @@ from typing import Any, cast
 import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 
+import aioqueue
 from aioqueue.core.keys import QueueKeys
+from aioqueue.ops.embedded import EmbeddedServer
 from aioqueue.store.following import MasterChanged
+from aioqueue.store.pubsub import ChannelMoved, ChannelSilent
 from aioqueue.worker import outages
 from aioqueue.worker.loops import stop_all
-from aioqueue.worker.outages import Outage
+from aioqueue.worker.outages import Outage, shared_context
 from aioqueue.worker.promoter import Promoter
 from tests.helpers import now, wait_until
 
@@ -98,6 +103,94 @@ async def test_a_stopping_loop_says_nothing_above_debug(
     outage.failed(MOVED)
     outage.ended()
     assert [level for level, _ in lines(caplog)] == [WARNING, DEBUG, DEBUG, DEBUG]
+
+
+SHARED = "aioqueue.worker.outages"
+
+
+async def test_redis_not_answering_is_one_warning_for_all_the_loops(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger=SHARED)
+    context = shared_context()
+    takes, acks = Outage(log, "taking jobs from emails"), Outage(log, "acking jobs of emails")
+    context.run(takes.failed, LOST)
+    context.run(acks.failed, ChannelSilent("Redis answered nothing, not even PING, for 3.0s"))
+    context.run(takes.failed, TimeoutError("no answer within 5s (call_timeout)"))
+    assert [level for level, _ in lines(caplog)] == [DEBUG, DEBUG, DEBUG]  # the loops' own
+    [(level, said)] = lines(caplog, SHARED)
+    assert level == WARNING
+    assert said == (
+        "cannot reach Redis (the worker's calls wait, and go on when it answers): taking jobs "
+        f"from emails failed: {_cause(LOST)}"
+    )
+
+    context.run(acks.ended)  # a call works again: the outage is over, for all
+    context.run(takes.ended)
+    assert [level for level, _ in lines(caplog)] == [DEBUG] * 5
+    said_then = lines(caplog, SHARED)[1:]
+    assert [level for level, _ in said_then] == [INFO]
+    assert re.fullmatch(
+        r"Redis answers again, \d+\.\ds after the first call that failed", said_then[0][1]
+    )
+
+    context.run(acks.failed, LOST)  # a new outage: said again
+    assert [level for level, _ in lines(caplog, SHARED)] == [WARNING, INFO, WARNING]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [ResponseError("NOSCRIPT No matching script"), ChannelMoved("'c' moved to another node")],
+    ids=["answered", "slot-moved"],
+)
+async def test_a_loops_own_failure_is_its_own_warning(
+    caplog: pytest.LogCaptureFixture, error: Exception
+) -> None:
+    """Redis answered (an error), or a slot moved: not Redis being away."""
+    caplog.set_level(logging.DEBUG, logger=SHARED)
+    outage = Outage(log, "taking jobs from emails")
+    shared_context().run(outage.failed, error)
+    assert [level for level, _ in lines(caplog)] == [WARNING]
+    assert lines(caplog, SHARED) == []
+
+
+def _cause(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+async def test_a_worker_says_once_that_redis_restarted(
+    prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker whose Redis is killed and started again: one line when its calls fail, one
+    when they work again; none of its loops warns on its own."""
+    caplog.set_level(logging.INFO, logger="aioqueue")
+    server = EmbeddedServer(appendonly=True)
+    await asyncio.to_thread(server.start)
+    app = aioqueue.App(redis_url=server.url, prefix=prefix)
+
+    @app.task
+    async def noop() -> None:
+        return None
+
+    def said(text: str) -> list[logging.LogRecord]:
+        return [r for r in caplog.records if text in r.getMessage()]
+
+    try:
+        async with app.worker(idle_wait=0.2):
+            await noop.enqueue()
+            await asyncio.to_thread(server.kill)
+            await wait_until(lambda: now(said("cannot reach Redis")), timeout=20)
+            await asyncio.to_thread(server.start)
+            await wait_until(lambda: now(said("Redis answers again")), timeout=30)
+            job = await noop.enqueue()
+            assert await job.result(timeout=20) is None
+    finally:
+        await app.close()
+        await asyncio.to_thread(server.stop)
+    loud = [r for r in caplog.records if r.levelno >= WARNING and r.name.startswith("aioqueue")]
+    assert [r.getMessage().split(" (")[0] for r in loud] == ["cannot reach Redis"], [
+        r.getMessage() for r in loud
+    ]
 
 
 class FailoverCuts:

@@ -183,7 +183,8 @@ async def test_a_worker_says_once_that_redis_restarted(
             await asyncio.to_thread(server.start)
             await wait_until(lambda: now(said("Redis answers again")), timeout=30)
             job = await noop.enqueue()
-            assert await job.result(timeout=20) is None
+            await job.result(timeout=20)  # (raises unless it completed)
+            assert await job.status() is aioqueue.JobStatus.COMPLETE
     finally:
         await app.close()
         await asyncio.to_thread(server.stop)

@@ -37,6 +37,7 @@ from starlette.routing import Mount
 
 import aioqueue
 from aioqueue.core.keys import QueueKeys
+from aioqueue.ops.embedded import EmbeddedServer
 from aioqueue.web import create_dashboard
 from tests.helpers import wait_until
 
@@ -237,6 +238,38 @@ async def _has_workers(queue: aioqueue.Queue) -> bool:
 
 
 # -- the README's screenshot ------------------------------------------------------------
+
+
+async def test_a_dashboard_without_redis_says_retrying_then_comes_back(
+    prefix: str, browser: Browser, artifacts: Path
+) -> None:
+    """Redis away: the page says so, and so does the header ("retrying", not a green
+    "live"); once Redis answers, the page shows the overview by itself."""
+    server = EmbeddedServer()  # its port chosen, nothing listening on it yet
+    app = aioqueue.App(redis_url=server.url, prefix=prefix)
+    errors: list[str] = []
+    try:
+        async with serving(mounted(app)) as url:
+            page = await open_page(browser, errors)
+            await page.goto(f"{url}{MOUNT}/")
+            await expect(page.locator("h1")).to_contain_text("Redis is not available")
+            status = page.locator("#live-status")
+            await expect(status).to_have_text("retrying")
+            await expect(status).to_have_attribute("data-state", "error")
+            await page.wait_for_event("response", timeout=WAIT_MS)  # a refresh: still so
+            await expect(status).to_have_text("retrying")
+            await page.screenshot(path=artifacts / "browser-no-redis.png")
+
+            await asyncio.to_thread(server.start)
+            await expect(page.locator("#queues")).to_be_visible(timeout=WAIT_MS)
+            await expect(status).to_have_text("live", timeout=WAIT_MS)
+            await expect(status).to_have_attribute("data-state", "ok")
+            await page.close()
+    finally:
+        await app.close()
+        await asyncio.to_thread(server.stop)
+    unexpected = [e for e in errors if not e.startswith("503 ") and "status of 503" not in e]
+    assert unexpected == []  # (the 503s and their console lines: what it showed)
 
 
 @pytest.mark.skipif(

@@ -15,9 +15,20 @@
   var pressed = false;
   var leaving = false;
   var shown = live ? live.innerHTML : "";
+  var LABELS = { ok: "live", error: "retrying", offline: "offline", paused: "paused" };
+  var health = status ? status.getAttribute("data-state") : "ok";  // the last refresh's
+
+  // The header's dot and word: how the last refresh went; "paused" while jobs are selected.
+  function showStatus() {
+    if (!status) return;
+    var state = health === "ok" && selected() > 0 ? "paused" : health;
+    status.setAttribute("data-state", state);
+    status.textContent = LABELS[state];
+  }
 
   function setStatus(state) {
-    if (status) status.setAttribute("data-state", state);
+    health = state;
+    showStatus();
   }
 
   function selected() {
@@ -83,8 +94,7 @@
       all.checked = boxes > 0 && n === boxes;
       all.indeterminate = n > 0 && n < boxes;
     }
-    if (status) status.setAttribute("data-state", n ? "paused" : "ok");
-    if (status) status.textContent = n ? "paused" : "live";
+    showStatus();
   }
 
   document.addEventListener("change", function (event) {

@@ -241,10 +241,11 @@ class QueueAdmin(TenantAdmin):
 
     @clear_errors
     async def eviction(self) -> Eviction:
-        """The Redis server's eviction policy and how many keys it has evicted (through
-        the app's client): ``.unsafe`` if a full server may delete queue keys,
-        ``.problem()`` says what is wrong. A refused CONFIG (ACLs, managed services)
-        reads as an unknown policy, never an error."""
+        """The Redis server's eviction policy, how many keys it has evicted and its memory
+        (through the app's client): ``.unsafe`` if a full server may delete queue keys,
+        ``.full`` if it is full (it refuses writes), ``.problem()`` says what is wrong. A
+        refused CONFIG (ACLs, managed services) reads as an unknown policy, never an
+        error."""
         return await server.eviction(await self._host.client())
 
     # -- periodic jobs -----------------------------------------------------------------

@@ -26,7 +26,7 @@ from ..core.records import (
 )
 from .routing import server_time
 from .scripts import admin
-from .slots import transaction
+from .slots import snapshot
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable
@@ -132,7 +132,7 @@ async def counts(redis: Redis, keys: QueueKeys, *, top_tenants: int = 10) -> Que
     second for the ``top_tenants`` with the most ready jobs, if any tenant has some).
     Ready is what the ready lists (the tenants' too) hold less the entries of cancelled
     jobs that take will skip, per priority level too."""
-    replies = await transaction(redis, keys.base, lambda pipe: _count(pipe, keys))
+    replies = await snapshot(redis, keys.base, lambda pipe: _count(pipe, keys))
     *lengths, skipped, scheduled, active, dead, paused, waiting, complete = replies[:-3]
     tenant_entries, held, tenants = replies[-3:]
     top = await admin.top_tenants(redis, keys, top_tenants) if int(tenants) else []

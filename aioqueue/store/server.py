@@ -1,14 +1,19 @@
-"""What the Redis server itself is set to, where it matters to a queue: its eviction policy.
+"""What the Redis server itself is set to, where it matters to a queue: its eviction policy,
+and whether its memory is full.
 
 Under any ``maxmemory-policy`` but ``noeviction``, a full server silently deletes keys:
 ready lists, schedules, job records. Jobs vanish with no error anywhere. aioqueue cannot
 work around that, so it says so loudly (workers and producers when they connect, and when
-the policy changes; ``aioqueue check`` fails on it), as BullMQ does.
+the policy changes; ``aioqueue check`` fails on it), as BullMQ does. Under ``noeviction``
+a full server refuses writes instead: nothing is lost, but nothing moves (no enqueue, no
+take, no ack) until memory is freed or ``maxmemory`` raised, so that is said as loudly.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,17 +34,32 @@ class Eviction:
 
     policy: str | None
     evicted_keys: int
+    used_memory: int = 0  # bytes (INFO memory)
+    maxmemory: int = 0  # bytes; 0: no limit
 
     @property
     def unsafe(self) -> bool:
         return self.policy is not None and self.policy != SAFE_POLICY
 
+    @property
+    def full(self) -> bool:
+        """Its memory has reached ``maxmemory``: under noeviction it refuses every write."""
+        return 0 < self.maxmemory <= self.used_memory
+
     def problem(self) -> str | None:
-        """What is wrong, in one line; None if nothing is (as far as can be seen)."""
+        """What is wrong, in one line; None if nothing is (as far as can be seen). (The
+        same line while the same thing is wrong: a worker says it again only when it
+        changes.)"""
         if self.unsafe:
             return (
                 f"Redis maxmemory-policy is {self.policy!r}: when memory is full the server "
                 f"silently deletes queue keys and jobs are lost; set it to {SAFE_POLICY!r}"
+            )
+        if self.full:
+            return (
+                f"Redis is full (its maxmemory, {self.maxmemory / 2**20:.1f} MiB, is used): "
+                "it refuses every write, so enqueues fail and workers can neither take nor "
+                "ack jobs until memory is freed or maxmemory is raised"
             )
         if self.evicted_keys:
             return (
@@ -51,7 +71,8 @@ class Eviction:
 
 
 async def eviction(redis: Redis) -> Eviction:
-    """Read the eviction policy (CONFIG GET) and INFO stats; never raise for a refusal."""
+    """Read the eviction policy (CONFIG GET), INFO stats and memory; never raise for a
+    refusal."""
     try:
         config: dict[Any, Any] = await redis.config_get("maxmemory-policy")
         raw = config.get(b"maxmemory-policy", config.get("maxmemory-policy"))
@@ -61,17 +82,28 @@ async def eviction(redis: Redis) -> Eviction:
     try:
         stats: dict[Any, Any] = await redis.info("stats")
         evicted = int(stats.get("evicted_keys", 0))
+        memory: dict[Any, Any] = await redis.info("memory")
+        used, limit = int(memory.get("used_memory", 0)), int(memory.get("maxmemory", 0))
     except ResponseError:
-        evicted = 0
-    return Eviction(policy, evicted)
+        evicted, used, limit = 0, 0, 0
+    return Eviction(policy, evicted, used, limit)
 
 
-async def warn_if_evicting(redis: Redis, *, known: str | None = None) -> str | None:
-    """Log a warning if the server may evict queue keys (unless ``known`` already said
-    it); returns the problem, so a caller can warn again only when it changes."""
-    problem = (await eviction(redis)).problem()
-    if problem is not None and problem != known:
+SAY_AGAIN_AFTER = 3600.0  # seconds: a problem that lasts is said again this often
+_SAID: weakref.WeakKeyDictionary[Redis, tuple[str | None, float]] = weakref.WeakKeyDictionary()
+
+
+async def warn_if_evicting(redis: Redis) -> str | None:
+    """Log a warning if the server may evict queue keys or is full: when that is new for
+    this client (it connected, or a worker's look found it changed), and again every
+    SAY_AGAIN_AFTER while it lasts; not at a worker's first look just after its App
+    connected. Returns the problem."""
+    problem, now = (await eviction(redis)).problem(), time.monotonic()
+    said, said_at = _SAID.get(redis, (None, 0.0))
+    if problem is not None and (problem != said or now - said_at >= SAY_AGAIN_AFTER):
         logger.warning("%s", problem)
+        said_at = now
+    _SAID[redis] = (problem, said_at)
     return problem
 
 

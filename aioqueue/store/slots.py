@@ -16,6 +16,10 @@ this module follows the cluster's answers itself:
   a write that may run twice: a queue's settings set to the same values).
 
 A refused MULTI runs nothing (Redis aborts the EXEC), so sending it again is safe.
+
+Over its ``maxmemory`` (noeviction), Redis refuses every command queued inside MULTI,
+reads too: ``snapshot`` then reads without one, so that a full Redis still shows its
+counts (when they are most wanted).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, cast
 
-from redis.exceptions import AskError, MovedError, TryAgainError
+from redis.exceptions import AskError, MovedError, OutOfMemoryError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -58,8 +62,19 @@ async def transaction(redis: Redis, key: str, build: Callable[[Pipeline], object
             await follow.lost(exc)
 
 
-async def _execute(redis: Redis, build: Callable[[Pipeline], object]) -> list[Any]:
-    async with redis.pipeline(transaction=True) as pipe:
+async def snapshot(redis: Redis, key: str, build: Callable[[Pipeline], object]) -> list[Any]:
+    """``transaction`` for reads only: if Redis is out of memory, which refuses MULTI, the
+    same reads as a plain pipeline (each exact, together not quite one snapshot)."""
+    try:
+        return await transaction(redis, key, build)
+    except OutOfMemoryError:
+        return await _execute(redis, build, transaction=False)
+
+
+async def _execute(
+    redis: Redis, build: Callable[[Pipeline], object], *, transaction: bool = True
+) -> list[Any]:
+    async with redis.pipeline(transaction=transaction) as pipe:
         build(pipe)
         return await pipe.execute()
 

@@ -64,7 +64,6 @@ class Heartbeat(Component):
             "started_at": time.time(), "tasks": sorted(tasks),
             "idempotency_ms": idempotency_ms,
         }  # fmt: skip
-        self._eviction: str | None = None  # the problem last warned about
         self._mixed: dict[str, str | None] = {}  # per queue, the mix last warned about
         stopping = self.stopping.is_set if quiet is None else quiet
         self._beats = Outage(logger, f"worker {worker_id}: heartbeat", stopping)
@@ -86,7 +85,7 @@ class Heartbeat(Component):
         """Warn (once per change) when the server may evict queue keys, or when the live
         workers of a queue serve different task sets."""
         try:
-            self._eviction = await warn_if_evicting(self._redis, known=self._eviction)
+            await warn_if_evicting(self._redis)
             for keys in self._queues:
                 beats = await heartbeats.live_workers(self._redis, keys)
                 mixed = mixed_task_sets(beats) or mixed_windows(beats)

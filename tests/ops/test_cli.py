@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -15,6 +16,8 @@ from redis.asyncio import Redis
 import aioqueue
 from aioqueue.ops.embedded import EmbeddedServer
 from aioqueue.ops.garbage import GEN0_THRESHOLD
+from aioqueue.store import server as server_module
+from aioqueue.worker import heartbeat
 from tests.helpers import run_until_idle, wait_until
 
 pytestmark = pytest.mark.real_redis("the command line runs in processes of its own")
@@ -218,19 +221,39 @@ async def _logged(caplog: pytest.LogCaptureFixture, text: str) -> bool:
 async def test_an_evicting_server_is_a_loud_warning_and_fails_check(
     prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Under allkeys-lru a full server silently deletes queue keys: jobs vanish."""
+    """Under allkeys-lru a full server silently deletes queue keys: jobs vanish. Said when
+    the App connects; a worker started just then does not say it twice (``aioqueue
+    worker`` did, a line apart), but says it again while it lasts (hourly)."""
     with EmbeddedServer(extra_args=["--maxmemory-policy", "allkeys-lru"]) as server:
         app = aioqueue.App(redis_url=server.url, prefix=prefix)
         await app.queue().status("any")  # the first use connects
         assert any("maxmemory-policy is 'allkeys-lru'" in r.getMessage() for r in caplog.records)
         caplog.clear()
-        async with app.worker():
-            await wait_until(lambda: _logged(caplog, "maxmemory-policy"))
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(heartbeat, "BEAT_INTERVAL", 0.05)  # a look after each beat
+            async with app.worker():
+                first = await _beat_at(app)
+                await wait_until(lambda: _beaten_since(app, first))  # (a look between)
+            assert not await _logged(caplog, "maxmemory-policy")
+            patch.setattr(server_module, "SAY_AGAIN_AFTER", 0.0)
+            async with app.worker():
+                await wait_until(lambda: _logged(caplog, "maxmemory-policy"))
         await app.close()
         env = {**os.environ, "AIOQUEUE_REDIS_URL": server.url, "TEST_PREFIX": prefix}
         code, out, _ = await run_cli(["check", TARGET], env=env)
     assert code == 1
     assert "PROBLEM: Redis maxmemory-policy is 'allkeys-lru'" in out
+
+
+async def _beat_at(app: aioqueue.App) -> float:
+    workers: list[dict[str, Any]] = []
+    while not workers:
+        workers = await app.queue().workers()
+    return float(workers[0]["beat_at"])
+
+
+async def _beaten_since(app: aioqueue.App, first: float) -> bool:
+    return await _beat_at(app) > first
 
 
 async def test_a_server_that_refuses_config_is_no_error(

@@ -379,6 +379,35 @@ async def test_a_full_server_is_out_of_memory_and_nothing_is_written(prefix: str
         await app.close()
 
 
+async def test_a_full_server_still_shows_its_counts_and_says_it_is_full(prefix: str) -> None:
+    """Over its maxmemory, Redis refuses every command inside MULTI, reads too: a queue's
+    counts (``aioqueue info``, the dashboard, metrics) failed with "out of memory" just when
+    an operator looks. They are read without MULTI then. And the server's health says it is
+    full (``aioqueue check``, and a worker's warning): nothing moves until it is not."""
+    args = ["--maxmemory", "2mb", "--maxmemory-policy", "noeviction"]
+    with EmbeddedServer(extra_args=args) as server:
+        app = aioqueue.App(redis_url=server.url, prefix=prefix)
+        queue = app.queue()
+        queued = 0
+        with pytest.raises(aioqueue.ServerOutOfMemory):  # filled with its own jobs
+            for n in range(20_000):
+                await queue.enqueue("shout", "x" * 500)
+                queued = n + 1
+        counts = await queue.counts()
+        assert (counts.ready, counts.scheduled, counts.active) == (queued, 0, 0)
+        health = await queue.eviction()
+        assert health.full and not health.unsafe
+        assert health.problem() == (
+            "Redis is full (its maxmemory, 2.0 MiB, is used): it refuses every write, so "
+            "enqueues fail and workers can neither take nor ack jobs until memory is freed or "
+            "maxmemory is raised"
+        )
+        await (await app.client()).config_set("maxmemory", "0")  # no limit: not full
+        assert not (await queue.eviction()).full
+        assert (await queue.eviction()).problem() is None
+        await app.close()
+
+
 async def test_tls_to_a_plain_server_is_a_tls_error(redis_url: str, prefix: str) -> None:
     host = redis_url.removeprefix("redis://")
     app = aioqueue.App(redis_url=f"rediss://{host}", prefix=prefix, connect_timeout=2)

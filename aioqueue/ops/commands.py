@@ -78,7 +78,7 @@ async def _check(app: App, args: argparse.Namespace) -> int:
     evicting = await app.queue(names[0]).eviction()  # the server's, read once
     if (problem := evicting.problem()) is not None:
         say(f"PROBLEM: {problem}")
-        healthy = healthy and not evicting.unsafe
+        healthy = healthy and not (evicting.unsafe or evicting.full)
     return 0 if healthy else 1
 
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Self
 from ..core.errors import ServerUnavailable
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from types import TracebackType
 
 
@@ -164,9 +164,12 @@ class EmbeddedServer(Started):
         workdir: str | Path | None = None,
         appendonly: bool = False,
         extra_args: Sequence[str] = (),
+        choose_port: Callable[[], int] | None = None,
     ) -> None:
         self.binary = find_server_binary()
-        self._port_chosen = port is None  # (taken meanwhile by another process: choose again)
+        # Who chooses the port, again if the server cannot bind what was chosen (taken
+        # meanwhile: its own, or a cluster node's bus port); None: ``port`` is fixed.
+        self._choose_port = choose_port or (free_loopback_port if port is None else None)
         self.port = port or free_loopback_port()
         self._workdir = Path(workdir) if workdir else None
         self._tempdir: tempfile.TemporaryDirectory[str] | None = None
@@ -202,30 +205,31 @@ class EmbeddedServer(Started):
         if self._appendonly:
             args += ["--appendfsync", "always"]
         for attempt in range(PORT_ATTEMPTS):
-            if attempt:
-                self.port = free_loopback_port()
+            if attempt and self._choose_port is not None:
+                self.port = self._choose_port()
                 args[args.index("--port") + 1] = str(self.port)
             self._process = subprocess.Popen(
                 args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 start_new_session=True,
                 preexec_fn=die_with_parent if sys.platform == "linux" else None,
             )  # fmt: skip
-            if self._wait_until_serving(timeout) or not self._port_chosen:
+            if self._wait_until_serving(timeout, last=attempt == PORT_ATTEMPTS - 1):
                 break
         else:
             self.stop()
             raise ServerUnavailable(f"{self.binary} found no free port in {PORT_ATTEMPTS} tries")
         return self.url
 
-    def _wait_until_serving(self, timeout: float) -> bool:
-        """Wait until this very process answers on the port (not another that took the port
-        between its choice and the start: then False, this one having exited)."""
+    def _wait_until_serving(self, timeout: float, *, last: bool) -> bool:
+        """Wait until this very process answers on the port. False: it exited, and its port
+        was chosen (not ``last`` try): most likely taken between the choice and the start,
+        by another server or a client's connection; the caller chooses again."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             process = self._process
             assert process is not None
             if process.poll() is not None:
-                if self._port_chosen and server_pid(self.port) not in (None, process.pid):
+                if self._choose_port is not None and not last:
                     return False
                 self.stop()
                 raise ServerUnavailable(f"{self.binary} exited with {process.returncode}")
@@ -247,6 +251,10 @@ class EmbeddedServer(Started):
     def add_args(self, *args: str) -> None:
         """More command-line arguments for the server (before it starts)."""
         self._extra_args += args
+
+    def keep_port(self) -> None:
+        """Start on this port or not at all (something else points at it already)."""
+        self._choose_port = None
 
     @property
     def pid(self) -> int | None:

@@ -56,6 +56,7 @@ class EmbeddedCluster(Started):
         self.announced = dict(ports)
         for server in self.nodes:
             if server.port in ports:
+                server.keep_port()  # (the announced port points at this one)
                 server.add_args(
                     "--cluster-announce-ip", "127.0.0.1",
                     "--cluster-announce-port", str(ports[server.port]),
@@ -114,11 +115,16 @@ class EmbeddedCluster(Started):
 
 
 def _cluster_node(args: list[str]) -> EmbeddedServer:
-    """A cluster node's server: its port and its cluster bus port (port + 10000) free."""
+    """A cluster node's server, on a port whose cluster bus port (port + 10000) is free too
+    (chosen again if either is taken by the time it starts)."""
+    return EmbeddedServer(port=_node_port(), extra_args=args, choose_port=_node_port)
+
+
+def _node_port() -> int:
     for _ in range(100):
         port = random.randrange(20_000, 30_000)
         if _port_free(port) and _port_free(port + 10_000):
-            return EmbeddedServer(port=port, extra_args=args)
+            return port
     raise ServerUnavailable("no free pair of loopback ports for a cluster node")
 
 

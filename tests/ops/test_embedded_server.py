@@ -1,15 +1,17 @@
 """The embedded server is the one that answers on its port: a port taken by another
 process between its choice and the start is chosen again (test processes run side by
-side), never mistaken for the new server."""
+side), never mistaken for the new server; a cluster node's, when its bus port (port +
+10000) was taken, by a client's connection as often as not."""
 
 from __future__ import annotations
 
 import itertools
+import socket
 
 import pytest
 
 from aioqueue import ServerUnavailable
-from aioqueue.ops import embedded, embedded_sentinel
+from aioqueue.ops import embedded, embedded_cluster, embedded_sentinel
 from aioqueue.ops.embedded import EmbeddedServer, server_pid
 
 
@@ -43,3 +45,19 @@ def test_a_sentinel_s_port_taken_meanwhile_is_chosen_again(
         finally:
             sentinel.stop()
     assert server_pid(redis_server.port) == redis_server.pid  # (the other one untouched)
+
+
+def test_a_cluster_node_whose_bus_port_was_taken_starts_on_another() -> None:
+    """Seen in a clean-clone run: a node of a test's cluster exited at start (its bus port,
+    in the range of the machine's outgoing connections, was taken meanwhile)."""
+    node = embedded_cluster._cluster_node(["--cluster-enabled", "yes"])
+    chosen = node.port
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", chosen + 10_000))
+        squatter.listen()
+        try:
+            node.start()
+            assert node.port != chosen
+            assert server_pid(node.port) == node.pid
+        finally:
+            node.stop()

@@ -47,16 +47,20 @@ UNANSWERED = (RedisConnectionError, RedisTimeoutError, OSError)  # (OSError: Cha
 
 class ServerOutage:
     """Redis not answering any of a worker's loops: one WARNING when the first call fails,
-    a reminder every REMIND_AFTER, one INFO line when a call works again."""
+    a reminder every REMIND_AFTER, one INFO line when a call works again; DEBUG only once
+    the worker is ``stopping`` (its stop says what it leaves undone)."""
 
-    __slots__ = ("since", "told_at")
+    __slots__ = ("since", "stopping", "told_at")
 
     def __init__(self) -> None:
         self.since: float | None = None  # loop time of the first failed call
         self.told_at = 0.0
+        self.stopping = False
 
     def failed(self, what: str, cause: str, now: float) -> None:
-        if self.since is None:
+        if self.stopping:
+            logger.debug("%s failed while the worker stops: %s", what, cause)
+        elif self.since is None:
             self.since = self.told_at = now
             logger.warning(
                 "cannot reach Redis (the worker's calls wait, and go on when it answers): %s "
@@ -69,8 +73,8 @@ class ServerOutage:
 
     def answered(self, now: float) -> None:
         if self.since is not None:
-            lasted = now - self.since
-            logger.info("Redis answers again, %.1fs after the first call that failed", lasted)
+            lasted, level = now - self.since, logging.DEBUG if self.stopping else logging.INFO
+            logger.log(level, "Redis answers again, %.1fs after the first call that failed", lasted)
             self.since = None
 
 
@@ -79,11 +83,11 @@ _SERVER: contextvars.ContextVar[ServerOutage | None] = contextvars.ContextVar(
 )
 
 
-def shared_context() -> contextvars.Context:
+def shared_context(outage: ServerOutage) -> contextvars.Context:
     """A copy of the current context in which the loops a worker starts (``context.run(
-    component.start)``) share one ServerOutage; the caller's own context is left as it is."""
+    component.start)``) share ``outage``; the caller's own context is left as it is."""
     context = contextvars.copy_context()
-    context.run(_SERVER.set, ServerOutage())
+    context.run(_SERVER.set, outage)
     return context
 
 

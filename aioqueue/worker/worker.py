@@ -141,6 +141,7 @@ class Worker:
         self._topic_acks: list[TopicAcks] = []
         self._background: list[Component] = []
         self._stop_requested = asyncio.Event()
+        self._outage = outages.ServerOutage()  # Redis not answering, for all the loops
         self._handoff: HandOff | None = None
         self._force = False
         self._started = False
@@ -172,7 +173,7 @@ class Worker:
             return
         await self._resources.open()  # startup hooks, worker-scoped dependencies
         inflight = await self._compose(redis)
-        loops = outages.shared_context()  # Redis not answering: one line, not one per loop
+        loops = outages.shared_context(self._outage)  # (one line, not one per loop)
         for component in (inflight, *self._acks, *self._topic_acks, *self._background):
             loops.run(component.start)
         await self._hear_aborts()
@@ -352,6 +353,7 @@ class Worker:
             return
         self._stopped = True
         self._stop_requested.set()
+        self._outage.stopping = True
         inflight = self._inflight
         if inflight is not None:  # (None if start() failed before building it)
             inflight.stop_taking()

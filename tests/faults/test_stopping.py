@@ -156,6 +156,7 @@ async def test_the_worker_command_stops_within_its_bound_and_says_nothing_more(
         after = log[log.index("stopping") :]
         assert "trying again" not in after, log
         assert "subscribing again" not in after, log
+        assert "cannot reach Redis" not in after, log  # ("... go on when it answers")
         assert "looking at the server failed" not in after, log  # (the heartbeat stops last)
         assert "heartbeat failed" not in after, log
         assert "stopped" in after, log

@@ -23,7 +23,7 @@ from aioqueue.store.following import MasterChanged
 from aioqueue.store.pubsub import ChannelMoved, ChannelSilent
 from aioqueue.worker import outages
 from aioqueue.worker.loops import stop_all
-from aioqueue.worker.outages import Outage, shared_context
+from aioqueue.worker.outages import Outage, ServerOutage, shared_context
 from aioqueue.worker.promoter import Promoter
 from tests.helpers import now, wait_until
 
@@ -112,7 +112,7 @@ async def test_redis_not_answering_is_one_warning_for_all_the_loops(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG, logger=SHARED)
-    context = shared_context()
+    context = shared_context(ServerOutage())
     takes, acks = Outage(log, "taking jobs from emails"), Outage(log, "acking jobs of emails")
     context.run(takes.failed, LOST)
     context.run(acks.failed, ChannelSilent("Redis answered nothing, not even PING, for 3.0s"))
@@ -138,6 +138,21 @@ async def test_redis_not_answering_is_one_warning_for_all_the_loops(
     assert [level for level, _ in lines(caplog, SHARED)] == [WARNING, INFO, WARNING]
 
 
+async def test_a_stopping_worker_says_nothing_of_redis_above_debug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """After "stopping", nothing says the worker's calls go on (a loop its stop had not
+    reached yet said "cannot reach Redis (... go on when it answers)")."""
+    caplog.set_level(logging.DEBUG, logger=SHARED)
+    server = ServerOutage()
+    context, outage = shared_context(server), Outage(log, "listening for aborts")
+    context.run(outage.failed, LOST)  # (before the stop: the warning)
+    server.stopping = True
+    context.run(outage.failed, LOST)
+    context.run(outage.ended)
+    assert [level for level, _ in lines(caplog, SHARED)] == [WARNING, DEBUG, DEBUG]
+
+
 @pytest.mark.parametrize(
     "error",
     [ResponseError("NOSCRIPT No matching script"), ChannelMoved("'c' moved to another node")],
@@ -149,7 +164,7 @@ async def test_a_loops_own_failure_is_its_own_warning(
     """Redis answered (an error), or a slot moved: not Redis being away."""
     caplog.set_level(logging.DEBUG, logger=SHARED)
     outage = Outage(log, "taking jobs from emails")
-    shared_context().run(outage.failed, error)
+    shared_context(ServerOutage()).run(outage.failed, error)
     assert [level for level, _ in lines(caplog)] == [WARNING]
     assert lines(caplog, SHARED) == []
 

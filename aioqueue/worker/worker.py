@@ -35,7 +35,8 @@ from ..store import reads, stored_limits
 from . import outages
 from .aborts import AbortListener
 from .acks import AckBatcher
-from .consumer import QueueConsumer, any_ready, any_taking
+from .burst import Burst
+from .consumer import QueueConsumer
 from .contact import reach_redis
 from .delivery import HandOff
 from .heartbeat import Heartbeat
@@ -133,6 +134,7 @@ class Worker:
         self.state: dict[str, Any] = {}  # shared resources from the app's startup hooks
         self._resources = WorkerResources(registry, self.state)  # and worker-scoped Depends()
         self._inflight: InFlight | None = None  # built by start(), with the other components
+        self._burst: Burst | None = None  # burst mode's (built by start())
         self._burst_watch: asyncio.Task[None] | None = None
         self._consumers: list[QueueConsumer | TopicConsumer] = []
         self._order = StrictOrder() if self.settings.queue_order == "strict" else None
@@ -179,8 +181,9 @@ class Worker:
         await self._hear_aborts()
         for component in self._intake:
             loops.run(component.start)
-        if self.settings.burst:
-            self._burst_watch = asyncio.get_running_loop().create_task(self._stop_when_drained())
+        if self._burst is not None:
+            stopping = self._burst.stop_when_drained(self.request_stop)
+            self._burst_watch = asyncio.get_running_loop().create_task(stopping)
         served = ", ".join(self.settings.queues)
         if self._topic_acks:  # subscriber groups as "<topic>/<group>"
             served += "; topics " + ", ".join(acks.name for acks in self._topic_acks)
@@ -218,6 +221,8 @@ class Worker:
         handoff = self._handoff = HandOff(
             redis, prefix, queues, result_ttl_ms=self._host.settings.result_ttl_ms
         )
+        if self.settings.burst:  # (it reads the lists the queues below are added to)
+            self._burst = Burst(inflight, handoff, self._acks, self._consumers)
         for keys in queues:
             await self._apply_declared_limits(redis, keys)
             self._add_queue(redis, keys, inflight, handoff)
@@ -255,7 +260,7 @@ class Worker:
             result_ttl_ms=app_settings.result_ttl_ms, worker_id=self.id, order=self._order,
             due_first=keys.name in app_settings.due_first,
             span_ms=app_settings.idempotency_ttl_ms,
-            burst_busy=self._burst_busy if settings.burst else None,
+            burst_busy=self._burst.busy if self._burst else None,
         )  # fmt: skip
         periodic = None
         if not settings.burst:
@@ -364,28 +369,6 @@ class Worker:
         # after the jobs (those left in threads: once they end), then the shutdown hooks
         await self._resources.close(inflight.outliving if inflight else None)
         logger.info("worker %s stopped: %s", self.id, dict(self.outcomes))
-
-    async def _burst_busy(self) -> bool:
-        """Burst mode: may work still to come make jobs ready on a queue found dry? A job
-        taken, running, unacked or ready on another queue (a workflow's child, whose parent
-        may be here), or an outcome still to hand off."""
-        landed = sum(acks.landed for acks in self._acks)
-        if self._holding_work():
-            return True
-        handing = self._handoff is not None and await self._handoff.pending()
-        if handing or await any_ready(self._consumers):
-            return True
-        # Jobs may have been taken, run and acked during those reads (handing outcomes off
-        # after the look at the handoffs): then look again.
-        return self._holding_work() or sum(acks.landed for acks in self._acks) != landed
-
-    def _holding_work(self) -> bool:
-        acked = all(acks.idle for acks in self._acks)
-        return bool(self.running) or not acked or any_taking(self._consumers)
-
-    async def _stop_when_drained(self) -> None:
-        await asyncio.gather(*(consumer.join() for consumer in self._consumers))
-        self.request_stop()
 
     async def __aenter__(self) -> Worker:
         await self.start()

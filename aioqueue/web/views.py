@@ -61,6 +61,7 @@ class Overview:
     queues: Sequence[QueueSummary]
     workers: Sequence[dict[str, Any]]
     chart: Chart
+    problem: str | None = None  # what is wrong with the server (full, evicting), if anything
 
     def total(self, state: State) -> int:
         return sum(getattr(summary.counts, state) for summary in self.queues)
@@ -75,16 +76,20 @@ async def summarize(queue: Queue) -> QueueSummary:
 
 
 async def overview(app: App, names: Sequence[str]) -> Overview:
-    """Every queue's counts and last hour, the combined chart, and the live workers
-    (a worker serving several queues is listed once)."""
-    summaries = await asyncio.gather(*(summarize(app.queue(name)) for name in names))
+    """Every queue's counts and last hour, the combined chart, the live workers (a worker
+    serving several queues is listed once), and what is wrong with the server, if anything
+    (full, or evicting: ``Queue.eviction``)."""
+    eviction = app.queue(names[0] if names else None).eviction()
+    summaries, server = await asyncio.gather(
+        asyncio.gather(*(summarize(app.queue(name)) for name in names)), eviction
+    )
     workers: dict[str, dict[str, Any]] = {}
     for summary in summaries:
         for beat in summary.workers:
             workers.setdefault(str(beat.get("id")), beat)
     listed = sorted(workers.values(), key=lambda b: (str(b.get("host")), str(b.get("id"))))
     chart = throughput(merge(summary.history for summary in summaries))
-    return Overview(summaries, listed, chart)
+    return Overview(summaries, listed, chart, server.problem())
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from starlette.routing import Mount
 
 import aioqueue
 from aioqueue.core.records import MinuteCounts
+from aioqueue.ops.embedded import EmbeddedServer
 from aioqueue.web import create_dashboard
 from aioqueue.web.chart import nice_step, throughput
 from aioqueue.web.formatting import fraction
@@ -108,6 +109,22 @@ async def test_the_overview_shows_each_queue_with_counts_history_and_workers(
     assert worker.id in html
     assert '<rect class="bar complete"' in html  # the chart has this minute's bar
     assert 'href="/queue/emails"' in html
+    assert "server-problem" not in html  # (the suite's server is safe, and not full)
+
+
+@pytest.mark.real_redis("a server of its own, evicting")
+async def test_the_overview_says_when_redis_needs_attention(prefix: str) -> None:
+    """What ``aioqueue check`` fails on (an evicting policy; a full server) tops the
+    overview, where an operator looks."""
+    with EmbeddedServer(extra_args=["--maxmemory-policy", "allkeys-lru"]) as server:
+        app = aioqueue.App(redis_url=server.url, prefix=prefix)
+        try:
+            async with client_for(create_dashboard(app, queues=["default"])) as http:
+                html = unescape((await http.get("/")).text)
+        finally:
+            await app.close()
+    assert 'id="server-problem"' in html and "Redis needs attention" in html
+    assert "Redis maxmemory-policy is 'allkeys-lru': when memory is full" in html
 
 
 async def has_workers(queue: aioqueue.Queue) -> bool:

@@ -18,7 +18,8 @@ each loop keeps an ``Outage``:
 - when Redis does not answer at all (refused, timed out, silent), every loop fails at
   once: a worker's loops share a ``ServerOutage`` (``shared_context``), which says so in
   one WARNING, and in one INFO line when a call works again; each loop's own lines about
-  it are DEBUG. (A worker's fifteen loops made a restart of Redis thirty lines.)
+  it are DEBUG. (A worker's fifteen loops made a restart of Redis thirty lines.) So is a
+  failover's break: one INFO line per worker, not one per loop it cut short.
 """
 
 from __future__ import annotations
@@ -47,15 +48,28 @@ UNANSWERED = (RedisConnectionError, RedisTimeoutError, OSError)  # (OSError: Cha
 
 class ServerOutage:
     """Redis not answering any of a worker's loops: one WARNING when the first call fails,
-    a reminder every REMIND_AFTER, one INFO line when a call works again; DEBUG only once
-    the worker is ``stopping`` (its stop says what it leaves undone)."""
+    a reminder every REMIND_AFTER, one INFO line when a call works again; a failover that
+    cuts calls short, one INFO line; DEBUG only once the worker is ``stopping`` (its stop
+    says what it leaves undone)."""
 
-    __slots__ = ("since", "stopping", "told_at")
+    __slots__ = ("failing_over", "since", "stopping", "told_at")
 
     def __init__(self) -> None:
         self.since: float | None = None  # loop time of the first failed call
         self.told_at = 0.0
         self.stopping = False
+        self.failing_over = False  # a failover cut a call short, and none worked since
+
+    def cut_short(self, what: str, cause: str) -> None:
+        """A failover cut a call short (``MasterChanged``): expected, and said once."""
+        if self.stopping or self.failing_over:
+            logger.debug("%s: cut short by a failover: %s", what, cause)
+            return
+        self.failing_over = True
+        logger.info(
+            "a failover cut the worker's calls short (%s: %s); they go on with the new "
+            "master", what, cause,
+        )  # fmt: skip
 
     def failed(self, what: str, cause: str, now: float) -> None:
         if self.stopping:
@@ -72,6 +86,7 @@ class ServerOutage:
             logger.warning("Redis still does not answer, for %.0fs now: %s", lasted, cause)
 
     def answered(self, now: float) -> None:
+        self.failing_over = False
         if self.since is not None:
             lasted, level = now - self.since, logging.DEBUG if self.stopping else logging.INFO
             logger.log(level, "Redis answers again, %.1fs after the first call that failed", lasted)
@@ -94,6 +109,11 @@ def shared_context(outage: ServerOutage) -> contextvars.Context:
 def _unanswered(exc: BaseException) -> bool:
     """Redis did not answer (a slot that moved, or a failover, is not that)."""
     return isinstance(exc, UNANSWERED) and not isinstance(exc, (ChannelMoved, MasterChanged))
+
+
+def _shared(exc: BaseException) -> bool:
+    """Said once for all of a worker's loops: Redis not answering, or a failover."""
+    return _unanswered(exc) or isinstance(exc, MasterChanged)
 
 
 class Outage:
@@ -125,10 +145,13 @@ class Outage:
             self._log.debug("%s failed while stopping: %s", self._what, cause)
             return
         server = _SERVER.get()
-        if server is not None and _unanswered(exc):  # said once for all the loops
+        if server is not None and _shared(exc):  # said once for all the loops
             if self.since is None:
                 self.since, self.told_at = now, now
-            server.failed(self._what, cause, now)
+            if isinstance(exc, MasterChanged):
+                server.cut_short(self._what, cause)
+            else:
+                server.failed(self._what, cause, now)
             self._log.debug("%s failed: %s", self._what, cause)
             return
         expected = isinstance(exc, MasterChanged)

@@ -138,6 +138,35 @@ async def test_redis_not_answering_is_one_warning_for_all_the_loops(
     assert [level for level, _ in lines(caplog, SHARED)] == [WARNING, INFO, WARNING]
 
 
+async def test_a_failover_is_one_info_line_for_all_the_loops(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A planned failover cut five calls of each worker short: five INFO lines a worker."""
+    caplog.set_level(logging.DEBUG, logger=SHARED)
+    context = shared_context(ServerOutage())
+    waits, aborts = Outage(log, "waiting for jobs on emails"), Outage(log, "listening for aborts")
+    context.run(waits.failed, MOVED)
+    context.run(aborts.failed, MOVED)
+    context.run(waits.ended)
+    context.run(aborts.ended)
+    assert [level for level, _ in lines(caplog)] == [DEBUG] * 4  # the loops' own
+    [(level, said)] = told(caplog)
+    assert level == INFO
+    assert said == (
+        "a failover cut the worker's calls short (waiting for jobs on emails: MasterChanged: "
+        f"{MOVED}); they go on with the new master"
+    )
+    context.run(aborts.failed, MOVED)  # the next failover, once calls worked again
+    assert [level for level, _ in told(caplog)] == [INFO, INFO]
+    context.run(aborts.failed, LOST)  # and the new master does not answer: a warning
+    assert [level for level, _ in told(caplog)] == [INFO, INFO, WARNING]
+
+
+def told(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
+    """What the worker's shared outage said above DEBUG."""
+    return [(level, said) for level, said in lines(caplog, SHARED) if level > DEBUG]
+
+
 async def test_a_stopping_worker_says_nothing_of_redis_above_debug(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

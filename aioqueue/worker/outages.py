@@ -19,7 +19,8 @@ each loop keeps an ``Outage``:
   once: a worker's loops share a ``ServerOutage`` (``shared_context``), which says so in
   one WARNING, and in one INFO line when a call works again; each loop's own lines about
   it are DEBUG. (A worker's fifteen loops made a restart of Redis thirty lines.) So is a
-  failover's break: one INFO line per worker, not one per loop it cut short.
+  failover's break: one INFO line per worker, not one per loop it cut short (on a Cluster:
+  a slot that moved under a subscription, or a blocking wait ended with UNBLOCKED).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core.errors import describe
@@ -60,16 +62,23 @@ class ServerOutage:
         self.stopping = False
         self.failing_over = False  # a failover cut a call short, and none worked since
 
-    def cut_short(self, what: str, cause: str) -> None:
-        """A failover cut a call short (``MasterChanged``): expected, and said once."""
+    def cut_short(self, what: str, cause: str, *, moved: bool) -> None:
+        """A failover cut a call short (``MasterChanged``), or a slot moved under it (on a
+        Cluster; or the server it waited on turned replica): expected, and said once."""
         if self.stopping or self.failing_over:
             logger.debug("%s: cut short by a failover: %s", what, cause)
             return
         self.failing_over = True
-        logger.info(
-            "a failover cut the worker's calls short (%s: %s); they go on with the new "
-            "master", what, cause,
-        )  # fmt: skip
+        if moved:
+            logger.info(
+                "a failover or a slot's move cut the worker's calls short (%s: %s); they "
+                "follow it", what, cause,
+            )  # fmt: skip
+        else:
+            logger.info(
+                "a failover cut the worker's calls short (%s: %s); they go on with the new "
+                "master", what, cause,
+            )  # fmt: skip
 
     def failed(self, what: str, cause: str, now: float) -> None:
         if self.stopping:
@@ -111,9 +120,16 @@ def _unanswered(exc: BaseException) -> bool:
     return isinstance(exc, UNANSWERED) and not isinstance(exc, (ChannelMoved, MasterChanged))
 
 
+def _slot_moved(exc: BaseException) -> bool:
+    """A Cluster moved a slot under the call: a subscribed channel's, or a blocking wait's
+    (Redis ends it with UNBLOCKED when its master turns replica)."""
+    unblocked = isinstance(exc, ResponseError) and str(exc).startswith("UNBLOCKED")
+    return unblocked or isinstance(exc, ChannelMoved)
+
+
 def _shared(exc: BaseException) -> bool:
     """Said once for all of a worker's loops: Redis not answering, or a failover."""
-    return _unanswered(exc) or isinstance(exc, MasterChanged)
+    return _unanswered(exc) or isinstance(exc, MasterChanged) or _slot_moved(exc)
 
 
 class Outage:
@@ -148,10 +164,10 @@ class Outage:
         if server is not None and _shared(exc):  # said once for all the loops
             if self.since is None:
                 self.since, self.told_at = now, now
-            if isinstance(exc, MasterChanged):
-                server.cut_short(self._what, cause)
-            else:
+            if _unanswered(exc):
                 server.failed(self._what, cause, now)
+            else:
+                server.cut_short(self._what, cause, moved=_slot_moved(exc))
             self._log.debug("%s failed: %s", self._what, cause)
             return
         expected = isinstance(exc, MasterChanged)

@@ -182,20 +182,37 @@ async def test_a_stopping_worker_says_nothing_of_redis_above_debug(
     assert [level for level, _ in lines(caplog, SHARED)] == [WARNING, DEBUG, DEBUG]
 
 
-@pytest.mark.parametrize(
-    "error",
-    [ResponseError("NOSCRIPT No matching script"), ChannelMoved("'c' moved to another node")],
-    ids=["answered", "slot-moved"],
-)
-async def test_a_loops_own_failure_is_its_own_warning(
-    caplog: pytest.LogCaptureFixture, error: Exception
-) -> None:
-    """Redis answered (an error), or a slot moved: not Redis being away."""
+async def test_a_loops_own_failure_is_its_own_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """Redis answered (an error): not Redis being away."""
     caplog.set_level(logging.DEBUG, logger=SHARED)
     outage = Outage(log, "taking jobs from emails")
-    shared_context(ServerOutage()).run(outage.failed, error)
+    shared_context(ServerOutage()).run(outage.failed, ResponseError("NOSCRIPT No matching script"))
     assert [level for level, _ in lines(caplog)] == [WARNING]
     assert lines(caplog, SHARED) == []
+
+
+async def test_a_slot_moved_under_the_calls_is_one_info_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A manual Cluster failover: each worker warned of its promoter's wait ("UNBLOCKED ...
+    master -> replica?") and of its abort listener ("... moved to another node")."""
+    caplog.set_level(logging.DEBUG, logger=SHARED)
+    context = shared_context(ServerOutage())
+    waits, aborts = Outage(log, "waiting on the schedule of emails"), Outage(log, "listening")
+    unblocked = ResponseError(
+        "UNBLOCKED force unblock from blocking operation, instance state changed (master -> "
+        "replica?)"
+    )
+    context.run(waits.failed, unblocked)
+    context.run(aborts.failed, ChannelMoved("b'{emails}:aborts' moved to another node"))
+    context.run(aborts.ended)
+    assert [level for level, _ in lines(caplog)] == [DEBUG] * 3
+    [(level, said)] = told(caplog)
+    assert level == INFO
+    assert said.startswith(
+        "a failover or a slot's move cut the worker's calls short (waiting on the schedule of "
+        "emails: ResponseError: UNBLOCKED"
+    )
 
 
 def _cause(exc: Exception) -> str:

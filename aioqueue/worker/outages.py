@@ -81,6 +81,7 @@ class ServerOutage:
             )  # fmt: skip
 
     def failed(self, what: str, cause: str, now: float) -> None:
+        """A loop's call (``what``) failed: Redis did not answer."""
         if self.stopping:
             logger.debug("%s failed while the worker stops: %s", what, cause)
         elif self.since is None:
@@ -95,6 +96,7 @@ class ServerOutage:
             logger.warning("Redis still does not answer, for %.0fs now: %s", lasted, cause)
 
     def answered(self, now: float) -> None:
+        """A loop's call that had failed works again: the outage, or the failover, is over."""
         self.failing_over = False
         if self.since is not None:
             lasted, level = now - self.since, logging.DEBUG if self.stopping else logging.INFO

@@ -213,23 +213,27 @@ class EmbeddedServer(Started):
                 start_new_session=True,
                 preexec_fn=die_with_parent if sys.platform == "linux" else None,
             )  # fmt: skip
-            if self._wait_until_serving(timeout, last=attempt == PORT_ATTEMPTS - 1):
+            if self._wait_until_serving(timeout):
                 break
         else:
+            code = self._process.returncode if self._process else None
             self.stop()
-            raise ServerUnavailable(f"{self.binary} found no free port in {PORT_ATTEMPTS} tries")
+            raise ServerUnavailable(
+                f"{self.binary} exited at start on {PORT_ATTEMPTS} ports in turn (each taken "
+                f"meanwhile?), the last time with {code}"
+            )
         return self.url
 
-    def _wait_until_serving(self, timeout: float, *, last: bool) -> bool:
+    def _wait_until_serving(self, timeout: float) -> bool:
         """Wait until this very process answers on the port. False: it exited, and its port
-        was chosen (not ``last`` try): most likely taken between the choice and the start,
-        by another server or a client's connection; the caller chooses again."""
+        was chosen: most likely taken between the choice and the start, by another server
+        or a client's connection; the caller chooses again."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             process = self._process
             assert process is not None
             if process.poll() is not None:
-                if self._choose_port is not None and not last:
+                if self._choose_port is not None:
                     return False
                 self.stop()
                 raise ServerUnavailable(f"{self.binary} exited with {process.returncode}")

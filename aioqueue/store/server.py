@@ -34,7 +34,7 @@ class Eviction:
 
     policy: str | None
     evicted_keys: int
-    used_memory: int = 0  # bytes (INFO memory)
+    used_memory: int = 0  # bytes, as Redis counts them against maxmemory (INFO memory)
     maxmemory: int = 0  # bytes; 0: no limit
 
     @property
@@ -83,7 +83,9 @@ async def eviction(redis: Redis) -> Eviction:
         stats: dict[Any, Any] = await redis.info("stats")
         evicted = int(stats.get("evicted_keys", 0))
         memory: dict[Any, Any] = await redis.info("memory")
-        used, limit = int(memory.get("used_memory", 0)), int(memory.get("maxmemory", 0))
+        # As Redis counts against maxmemory: replicas' and AOF buffers left out.
+        used = int(memory.get("used_memory", 0)) - int(memory.get("mem_not_counted_for_evict", 0))
+        limit = int(memory.get("maxmemory", 0))
     except ResponseError:
         evicted, used, limit = 0, 0, 0
     return Eviction(policy, evicted, used, limit)
